@@ -1,0 +1,385 @@
+package core
+
+import (
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"time"
+)
+
+// Defaults, as the reference documents them.
+const (
+	DefaultName            = "outboxer"
+	DefaultTable           = "outboxer_messages"
+	DefaultPartitions      = 1
+	DefaultBatchSize       = 100
+	DefaultPollInterval    = time.Second
+	DefaultBackoffMin      = time.Second
+	DefaultBackoffMax      = 60 * time.Second
+	DefaultPruneInterval   = 60 * time.Second
+	DefaultLeaseDuration   = 20 * time.Second
+	DefaultDeliveryTimeout = 10 * time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultMaxPayloadBytes = 1 << 20
+	DefaultListLimit       = 100
+
+	// MaxBatchSize bounds BatchSize: the IDs of a batch go into one statement.
+	MaxBatchSize = 10000
+)
+
+// Dialect is the SQL dialect of the database. New detects it from the driver when unset.
+type Dialect string
+
+// The supported dialects.
+const (
+	Postgres Dialect = "postgres" // PostgreSQL 15+
+	SQLite   Dialect = "sqlite"   // SQLite 3.38+ (modernc.org/sqlite or mattn/go-sqlite3), WAL
+	MySQL    Dialect = "mysql"    // MariaDB 10.6+ (it needs INSERT … RETURNING)
+)
+
+// Ordering says which messages of an outbox keep their relative order.
+type Ordering int
+
+const (
+	// OrderGroup keeps order among messages with the same group key; messages without a
+	// key are unordered. A failing message blocks its own group only. The default.
+	OrderGroup Ordering = iota
+	// OrderTotal keeps one order for the whole outbox: one partition, and a failing
+	// message blocks everything behind it.
+	OrderTotal
+	// OrderNone keeps no order: group keys are stored and relayed, but nothing blocks.
+	OrderNone
+)
+
+func (o Ordering) String() string {
+	switch o {
+	case OrderGroup:
+		return "group"
+	case OrderTotal:
+		return "total"
+	case OrderNone:
+		return "none"
+	}
+	return fmt.Sprintf("Ordering(%d)", int(o))
+}
+
+// Retention says what happens to a delivered message.
+type Retention struct{ keep time.Duration }
+
+// Delete removes a message as soon as it is delivered: the smallest table. The default.
+var Delete = Retention{}
+
+// KeepFor marks delivered messages Delivered and prunes them d after delivery, every
+// Config.PruneInterval.
+func KeepFor(d time.Duration) Retention { return Retention{keep: d} }
+
+// Keep reports how long delivered messages are kept; 0 means they are deleted.
+func (r Retention) Keep() time.Duration { return r.keep }
+
+// Backoff is the delay before a failed message is retried: exponential from Min to Max
+// with full jitter, or Func when set. Zero Min and Max mean 1 s and 60 s.
+type Backoff struct {
+	Min, Max time.Duration
+	// Func, when set, returns the delay after the given number of failed attempts (1, 2, …).
+	Func func(attempts int) time.Duration
+}
+
+// Delay returns the delay after attempts failed attempts.
+func (b Backoff) Delay(attempts int) time.Duration {
+	if b.Func != nil {
+		return max(b.Func(attempts), 0)
+	}
+	lo, hi := b.Min, b.Max
+	if lo == 0 {
+		lo = DefaultBackoffMin
+	}
+	if hi == 0 {
+		hi = max(DefaultBackoffMax, lo)
+	}
+	d := hi
+	if shift := attempts - 1; shift < 62 && lo<<shift > 0 && lo<<shift < hi {
+		d = lo << shift
+	}
+	// Jitter: a uniform delay in [d/2, d], never below Min.
+	return max(d/2+rand.N(d/2+1), lo)
+}
+
+// Hooks receive the engine's telemetry events. Every field is optional; hooks run on the
+// goroutine that raised the event, so they must be quick. See package otel for a bridge.
+type Hooks struct {
+	OnPublish        func(PublishEvent)
+	OnBatchStart     func(BatchEvent)
+	OnBatchStop      func(BatchEvent)
+	OnBatchException func(BatchEvent)
+	OnRetry          func(MessageEvent)
+	OnDead           func(MessageEvent)
+	OnPrune          func(PruneEvent)
+}
+
+// PublishEvent: messages were written (the transaction may still roll back).
+type PublishEvent struct {
+	Name     string   // instance
+	Outboxes []string // distinct outboxes written to
+	Count    int
+}
+
+// BatchEvent describes one batch handed to a relay.
+type BatchEvent struct {
+	Name      string
+	Outbox    string
+	Partition int
+	Relay     string // the relay's Go type
+	Count     int    // messages handed to the relay
+	Fetched   int    // messages read (stop only)
+	Delivered int    // stop only
+	Failed    int    // stop only: failed and will be retried
+	Dead      int    // stop only
+	Duration  time.Duration
+	Err       error // exception only: the relay's or the database's error
+}
+
+// MessageEvent: one message failed; it will be retried (OnRetry) or is now dead (OnDead).
+type MessageEvent struct {
+	Name     string
+	Outbox   string
+	ID       int64
+	Type     string
+	GroupKey string
+	Attempt  int
+	Err      error
+}
+
+// PruneEvent: delivered messages past their retention were removed.
+type PruneEvent struct {
+	Name   string
+	Outbox string
+	Count  int
+}
+
+// Config configures an instance. DB and Outboxes are required, and a Relay per outbox
+// unless the instance is PublishOnly. New applies the defaults and validates everything.
+type Config struct {
+	// Name of the instance, for logs and telemetry. Default "outboxer".
+	Name string
+	// DB holds the outbox table; it must be the database the business writes go to.
+	DB *sql.DB
+	// Dialect of DB; detected from the driver when empty.
+	Dialect Dialect
+	// Table used by every outbox that sets none. Default "outboxer_messages".
+	Table string
+	// Schema (PostgreSQL) of the tables; the connection's search path when empty.
+	Schema string
+	// Outboxes by name.
+	Outboxes map[string]OutboxConfig
+
+	// Notify (PostgreSQL) wakes the worker owning a partition through LISTEN/NOTIFY when a
+	// publishing transaction commits, on whichever node it runs, instead of waiting for the
+	// next poll. It needs the pgx driver (github.com/jackc/pgx/v5/stdlib) and uses one
+	// extra connection per instance.
+	Notify bool
+	// PublishOnly instances deliver nothing: Run starts nothing and the outboxes need no
+	// Relay. Use it on nodes that only publish (the reference's relay: false).
+	PublishOnly bool
+	// Manual mode (for tests) starts no workers: messages are delivered only by Drain.
+	Manual bool
+	// RequireTransaction makes Publish refuse a handle that is not a transaction.
+	RequireTransaction bool
+	// PruneInterval between pruning passes for outboxes with KeepFor retention. Default 60 s.
+	PruneInterval time.Duration
+	// Codec encodes messages into payloads. Default JSON.
+	Codec Codec
+	// Logger for the engine. Default slog.Default().
+	Logger *slog.Logger
+	// Hooks receive telemetry events.
+	Hooks Hooks
+	// LeaseDuration a worker owns its partition without renewing. A crashed node's
+	// partitions are taken over at most about LeaseDuration + LeaseDuration/3 later.
+	// Default 20 s; at least 1 s.
+	LeaseDuration time.Duration
+	// ShutdownTimeout bounds how long Run waits for in-flight batches after ctx is done.
+	// Default 10 s.
+	ShutdownTimeout time.Duration
+	// MaxPayloadBytes refuses larger encoded messages at Publish. Default 1 MiB.
+	MaxPayloadBytes int
+	// AllowRepartition starts even when pending messages sit in partitions the current
+	// Partitions does not match. Order across the change is then not guaranteed, and
+	// messages in partitions beyond the count are moved into range.
+	AllowRepartition bool
+}
+
+// OutboxConfig configures one outbox.
+type OutboxConfig struct {
+	// Relay delivers the outbox's messages. Required unless the instance is PublishOnly.
+	Relay Relay
+	// Table holding the outbox's messages; Config.Table when empty.
+	Table string
+	// Ordering of the outbox. Default OrderGroup.
+	Ordering Ordering
+	// Partitions: how many workers deliver concurrently; a group always lands in the same
+	// partition. Do not change it on a live backlog. Default 1; OrderTotal needs 1.
+	Partitions int
+	// BatchSize: most messages fetched and handed to the relay at once. Default 100.
+	BatchSize int
+	// PollInterval an idle worker waits before looking again. Default 1 s.
+	PollInterval time.Duration
+	// MaxAttempts before a message is dead. 0 (the default) retries forever, which keeps
+	// order and blocks the group until the message is delivered or discarded.
+	MaxAttempts int
+	// Backoff between attempts. Default exponential from 1 s to 60 s with jitter.
+	Backoff Backoff
+	// Retention of delivered messages. Default Delete.
+	Retention Retention
+	// SerializeWrites takes a lock on the group key when publishing, so concurrent
+	// transactions writing to one group commit in ID order. PostgreSQL and MariaDB; a no-op
+	// on SQLite, which has a single writer.
+	SerializeWrites bool
+	// DeliveryTimeout bounds one call to the relay. Default 10 s; at most half of
+	// Config.LeaseDuration. It is also cut short when the worker's lease could run out.
+	DeliveryTimeout time.Duration
+	// Paused starts the outbox paused on every node, as Pause does.
+	Paused bool
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// validIdent reports whether s may name a table or schema: letters, digits and
+// underscores, not starting with a digit, at most 63 characters. Names are also quoted.
+func validIdent(s string) bool { return identRE.MatchString(s) }
+
+func (c *Config) withDefaults() Config {
+	cfg := *c
+	cfg.Name = orDefault(cfg.Name, DefaultName)
+	cfg.Table = orDefault(cfg.Table, DefaultTable)
+	cfg.PruneInterval = orDefault(cfg.PruneInterval, DefaultPruneInterval)
+	cfg.LeaseDuration = orDefault(cfg.LeaseDuration, DefaultLeaseDuration)
+	cfg.ShutdownTimeout = orDefault(cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	cfg.MaxPayloadBytes = orDefault(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	if cfg.Codec == nil {
+		cfg.Codec = JSON{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	outboxes := make(map[string]OutboxConfig, len(cfg.Outboxes))
+	for name, ob := range cfg.Outboxes {
+		ob.Table = orDefault(ob.Table, cfg.Table)
+		ob.Partitions = orDefault(ob.Partitions, DefaultPartitions)
+		ob.BatchSize = orDefault(ob.BatchSize, DefaultBatchSize)
+		ob.PollInterval = orDefault(ob.PollInterval, DefaultPollInterval)
+		ob.DeliveryTimeout = orDefault(ob.DeliveryTimeout, DefaultDeliveryTimeout)
+		if ob.Backoff.Func == nil {
+			ob.Backoff.Min = orDefault(ob.Backoff.Min, DefaultBackoffMin)
+			ob.Backoff.Max = orDefault(ob.Backoff.Max, max(DefaultBackoffMax, ob.Backoff.Min))
+		}
+		outboxes[name] = ob
+	}
+	cfg.Outboxes = outboxes
+	return cfg
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// validate checks a configuration with defaults applied.
+func (c *Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	if c.DB == nil {
+		return bad("DB", "is required")
+	}
+	switch c.Dialect {
+	case Postgres, SQLite, MySQL:
+	default:
+		return bad("Dialect", "%q is not one of postgres, sqlite, mysql", c.Dialect)
+	}
+	if !validIdent(c.Table) {
+		return bad("Table", "%q is not a valid name (letters, digits, _; at most 63)", c.Table)
+	}
+	if c.Schema != "" {
+		if c.Dialect != Postgres {
+			return bad("Schema", "is for PostgreSQL only (the dialect is %s)", c.Dialect)
+		}
+		if !validIdent(c.Schema) {
+			return bad("Schema", "%q is not a valid name (letters, digits, _; at most 63)", c.Schema)
+		}
+	}
+	if c.Notify && c.Dialect != Postgres {
+		return bad("Notify", "needs PostgreSQL (the dialect is %s)", c.Dialect)
+	}
+	if c.PublishOnly && c.Manual {
+		return bad("Manual", "cannot be combined with PublishOnly (Drain needs relays)")
+	}
+	if c.PruneInterval < 0 {
+		return bad("PruneInterval", "must be positive, got %v", c.PruneInterval)
+	}
+	if c.LeaseDuration < time.Second {
+		return bad("LeaseDuration", "must be at least 1s, got %v", c.LeaseDuration)
+	}
+	if c.ShutdownTimeout < 0 {
+		return bad("ShutdownTimeout", "must be positive, got %v", c.ShutdownTimeout)
+	}
+	if c.MaxPayloadBytes < 0 {
+		return bad("MaxPayloadBytes", "must be positive, got %d", c.MaxPayloadBytes)
+	}
+	if len(c.Outboxes) == 0 {
+		return bad("Outboxes", "at least one outbox is required")
+	}
+	for name, ob := range c.Outboxes {
+		field := func(f string) string { return fmt.Sprintf("Outboxes[%q].%s", name, f) }
+		if name == "" || len(name) > 200 {
+			return bad("Outboxes", "outbox names must be 1 to 200 characters, got %q", name)
+		}
+		if ob.Relay == nil && !c.PublishOnly {
+			return bad(field("Relay"), "is required unless PublishOnly is set")
+		}
+		if !validIdent(ob.Table) {
+			return bad(field("Table"), "%q is not a valid name (letters, digits, _; at most 63)", ob.Table)
+		}
+		switch ob.Ordering {
+		case OrderGroup, OrderNone:
+		case OrderTotal:
+			if ob.Partitions != 1 {
+				return bad(field("Partitions"), "must be 1 with OrderTotal, got %d", ob.Partitions)
+			}
+		default:
+			return bad(field("Ordering"), "unknown ordering %d", int(ob.Ordering))
+		}
+		if ob.Partitions < 1 || ob.Partitions > 1024 {
+			return bad(field("Partitions"), "must be 1 to 1024, got %d", ob.Partitions)
+		}
+		if ob.BatchSize < 1 || ob.BatchSize > MaxBatchSize {
+			return bad(field("BatchSize"), "must be 1 to %d, got %d", MaxBatchSize, ob.BatchSize)
+		}
+		if ob.PollInterval < time.Millisecond {
+			return bad(field("PollInterval"), "must be at least 1ms, got %v", ob.PollInterval)
+		}
+		if ob.MaxAttempts < 0 {
+			return bad(field("MaxAttempts"), "must be 0 (retry forever) or positive, got %d", ob.MaxAttempts)
+		}
+		if ob.Backoff.Func == nil {
+			if ob.Backoff.Min < 0 || ob.Backoff.Max < ob.Backoff.Min {
+				return bad(field("Backoff"), "needs 0 <= Min <= Max, got Min %v, Max %v", ob.Backoff.Min, ob.Backoff.Max)
+			}
+		}
+		if ob.Retention.keep < 0 {
+			return bad(field("Retention"), "KeepFor needs a positive duration, got %v", ob.Retention.keep)
+		}
+		if ob.DeliveryTimeout < 0 {
+			return bad(field("DeliveryTimeout"), "must be positive, got %v", ob.DeliveryTimeout)
+		}
+		if ob.DeliveryTimeout > c.LeaseDuration/2 && !c.PublishOnly {
+			// A delivery is cut short when the lease could run out, so a longer timeout
+			// would only mislead.
+			return bad(field("DeliveryTimeout"), "%v must be at most half of LeaseDuration (%v)", ob.DeliveryTimeout, c.LeaseDuration)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors; every error the package returns wraps one of these where it applies,
+// so callers can branch with errors.Is.
+var (
+	// ErrInvalidConfig: New was given a configuration it cannot run. The error is a *ConfigError.
+	ErrInvalidConfig = errors.New("outboxer: invalid configuration")
+	// ErrUnknownOutbox: the outbox named is not configured on this instance.
+	ErrUnknownOutbox = errors.New("outboxer: unknown outbox")
+	// ErrInvalidMessage: nil, or a message that cannot be encoded or has no outbox.
+	ErrInvalidMessage = errors.New("outboxer: invalid message")
+	// ErrPayloadTooLarge: the encoded message is larger than Config.MaxPayloadBytes.
+	ErrPayloadTooLarge = errors.New("outboxer: payload too large")
+	// ErrNotInTransaction: RequireTransaction is set and the handle is not a transaction.
+	ErrNotInTransaction = errors.New("outboxer: publish outside a transaction")
+	// ErrRepartitioned: pending messages sit in partitions the configuration does not
+	// match (Partitions changed on a live backlog).
+	ErrRepartitioned = errors.New("outboxer: partitions changed on a live backlog")
+	// ErrManualOnly: Drain was called on an instance that is not in manual mode.
+	ErrManualOnly = errors.New("outboxer: Drain needs Manual mode")
+	// ErrAlreadyRunning: Run was called on an instance that is running or has run.
+	ErrAlreadyRunning = errors.New("outboxer: already running")
+	// ErrPublishOnly: Run on a publish-only instance has nothing to do.
+	ErrPublishOnly = errors.New("outboxer: publish-only instance")
+)
+
+// ConfigError names the option New refused and why. It wraps ErrInvalidConfig.
+type ConfigError struct {
+	Field  string // e.g. `Outboxes["orders"].Partitions`
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("outboxer: invalid configuration: %s: %s", e.Field, e.Reason)
+}
+
+// Unwrap returns ErrInvalidConfig.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }

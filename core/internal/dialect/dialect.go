@@ -1,0 +1,448 @@
+// Package dialect writes the SQL of the outbox for PostgreSQL, SQLite and MySQL/MariaDB.
+// It knows table layout and syntax; it runs nothing.
+package dialect
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Kind is a SQL dialect.
+type Kind int
+
+// The dialects.
+const (
+	Postgres Kind = iota
+	SQLite
+	MySQL
+)
+
+// SQL holds the statements of one message table (and its lease table) in one dialect.
+// Statements are written with ? placeholders and rewritten for PostgreSQL once.
+type SQL struct {
+	Kind Kind
+	// Messages and Leases are the quoted, qualified table names.
+	Messages, Leases, Locks string
+	// Table and Schema as given (unquoted), for index names and notification channels.
+	Table, Schema string
+
+	// Fixed statements.
+	AcquireLease, ReadLease, RenewLease, ReleaseLease, EnsureLease, FenceLease string
+	Pause, Resume, CountLeases                                                 string
+	FailMessage, KillMessage                                                   string
+	Counts, ListPending, ListDead, RetryDeadAll, Prune, PartitionsInUse        string
+	LeaseStatus, PartitionStatus, MovePartitions, NotifyChannel                string
+}
+
+// New returns the statements for table (and schema, PostgreSQL only) in kind.
+// table and schema must already be validated identifiers.
+func New(kind Kind, schema, table string) *SQL {
+	s := &SQL{Kind: kind, Table: table, Schema: schema}
+	s.Messages = s.qualified(table)
+	s.Leases = s.qualified(table + "_leases")
+	s.Locks = s.qualified(table + "_locks")
+	s.NotifyChannel = "outboxer." + strings.TrimPrefix(schema+"."+table, ".")
+	if len(s.NotifyChannel) > 63 {
+		s.NotifyChannel = s.NotifyChannel[:63]
+	}
+	now := s.Now()
+	cols := s.envelopeColumns()
+
+	s.EnsureLease = s.p(s.insertIgnore(s.Leases, "outbox, part, owner, token, expires_at, paused", "?, ?, '', 0, "+s.zeroTime()+", ?"))
+	s.AcquireLease = s.p(`UPDATE ` + s.Leases + ` SET owner = ?, token = token + 1, expires_at = ` + s.NowPlus("?") +
+		` WHERE outbox = ? AND part = ? AND expires_at < ` + now)
+	s.ReadLease = s.p(`SELECT token, paused FROM ` + s.Leases + ` WHERE outbox = ? AND part = ? AND owner = ?`)
+	s.RenewLease = s.p(`UPDATE ` + s.Leases + ` SET expires_at = ` + s.NowPlus("?") + ` WHERE outbox = ? AND part = ? AND token = ?`)
+	// FenceLease is RenewLease as the first statement of a confirming transaction: it
+	// locks the lease row, so a takeover waits for the commit or the confirm sees it.
+	s.FenceLease = s.RenewLease
+	s.ReleaseLease = s.p(`UPDATE ` + s.Leases + ` SET owner = '', expires_at = ` + s.zeroTime() + ` WHERE outbox = ? AND part = ? AND token = ?`)
+	s.Pause = s.p(`UPDATE ` + s.Leases + ` SET paused = ` + s.bool(true) + ` WHERE outbox = ?`)
+	s.Resume = s.p(`UPDATE ` + s.Leases + ` SET paused = ` + s.bool(false) + ` WHERE outbox = ?`)
+	s.CountLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ?`)
+	s.LeaseStatus = s.p(`SELECT part, owner, token, ` + s.TimeCol("expires_at") + `, paused, ` + now + ` FROM ` + s.Leases +
+		` WHERE outbox = ? ORDER BY part`)
+
+	s.FailMessage = s.p(`UPDATE ` + s.Messages + ` SET attempts = attempts + 1, last_error = ?, available_at = ` + s.NowPlus("?") +
+		` WHERE id = ? AND state = 0`)
+	s.KillMessage = s.p(`UPDATE ` + s.Messages + ` SET attempts = attempts + 1, last_error = ?, state = 2` +
+		` WHERE id = ? AND state = 0`)
+
+	s.Counts = s.p(`SELECT state, COUNT(*) FROM ` + s.Messages + ` WHERE outbox = ? GROUP BY state`)
+	s.ListPending = s.p(`SELECT ` + cols + ` FROM ` + s.Messages + ` WHERE outbox = ? AND state = 0 ORDER BY id LIMIT ?`)
+	s.ListDead = s.p(`SELECT ` + cols + ` FROM ` + s.Messages + ` WHERE outbox = ? AND state = 2 ORDER BY id LIMIT ?`)
+	s.RetryDeadAll = s.p(`UPDATE ` + s.Messages + ` SET state = 0, attempts = 0, available_at = ` + now + ` WHERE outbox = ? AND state = 2`)
+	s.PartitionsInUse = s.p(`SELECT DISTINCT part FROM ` + s.Messages + ` WHERE outbox = ? AND state = 0 AND part >= ?`)
+	s.MovePartitions = s.p(`UPDATE ` + s.Messages + ` SET part = MOD(part, ?) WHERE outbox = ? AND state = 0 AND part >= ?`)
+	s.PartitionStatus = s.p(`SELECT part, COUNT(*), MIN(` + s.TimeCol("created_at") + `) FROM ` + s.Messages +
+		` WHERE outbox = ? AND state = 0 GROUP BY part ORDER BY part`)
+	switch kind {
+	case MySQL:
+		s.Prune = s.p(`DELETE FROM ` + s.Messages + ` WHERE outbox = ? AND state = 1 AND delivered_at < ` + s.NowPlus("?") + ` LIMIT 5000`)
+	default:
+		s.Prune = s.p(`DELETE FROM ` + s.Messages + ` WHERE id IN (SELECT id FROM ` + s.Messages +
+			` WHERE outbox = ? AND state = 1 AND delivered_at < ` + s.NowPlus("?") + ` LIMIT 5000)`)
+	}
+	return s
+}
+
+// Quote quotes an identifier.
+func (s *SQL) Quote(name string) string {
+	if s.Kind == MySQL {
+		return "`" + name + "`"
+	}
+	return `"` + name + `"`
+}
+
+func (s *SQL) qualified(name string) string {
+	if s.Schema != "" {
+		return s.Quote(s.Schema) + "." + s.Quote(name)
+	}
+	return s.Quote(name)
+}
+
+// p rewrites ? placeholders into $1, $2, … for PostgreSQL.
+func (s *SQL) p(q string) string {
+	if s.Kind != Postgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
+}
+
+// Now is the database clock in the type of the time columns.
+func (s *SQL) Now() string {
+	switch s.Kind {
+	case SQLite:
+		return `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`
+	case MySQL:
+		return `UTC_TIMESTAMP(6)`
+	}
+	return `now()`
+}
+
+// NowPlus is the database clock plus a number of microseconds (an expression or placeholder).
+func (s *SQL) NowPlus(micros string) string {
+	switch s.Kind {
+	case SQLite:
+		return `(` + s.Now() + ` + ` + micros + `)`
+	case MySQL:
+		return `(UTC_TIMESTAMP(6) + INTERVAL ` + micros + ` MICROSECOND)`
+	}
+	return `(now() + ` + micros + `::bigint * interval '1 microsecond')`
+}
+
+func (s *SQL) zeroTime() string {
+	switch s.Kind {
+	case SQLite:
+		return `0`
+	case MySQL:
+		return `'1970-01-01 00:00:00'`
+	}
+	return `'epoch'::timestamptz`
+}
+
+func (s *SQL) bool(v bool) string {
+	if s.Kind == Postgres {
+		return strconv.FormatBool(v)
+	}
+	if v {
+		return "1"
+	}
+	return "0"
+}
+
+// TimeCol is a select expression for a time column that scans into a time.Time
+// (PostgreSQL) or into microseconds since the epoch (SQLite, MySQL).
+func (s *SQL) TimeCol(col string) string {
+	if s.Kind == MySQL {
+		return `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ` + col + `)`
+	}
+	return col
+}
+
+func (s *SQL) insertIgnore(table, cols, values string) string {
+	switch s.Kind {
+	case MySQL:
+		return `INSERT IGNORE INTO ` + table + ` (` + cols + `) VALUES (` + values + `)`
+	}
+	return `INSERT INTO ` + table + ` (` + cols + `) VALUES (` + values + `) ON CONFLICT DO NOTHING`
+}
+
+// envelopeColumns are the columns ScanEnvelope reads, in order.
+func (s *SQL) envelopeColumns() string {
+	return `id, outbox, type, group_key, part, payload, headers, state, attempts, last_error, ` +
+		s.TimeCol("created_at") + `, ` + s.TimeCol("available_at")
+}
+
+// EnvelopeColumns are the columns of a stored envelope, for ScanEnvelope.
+func (s *SQL) EnvelopeColumns() string { return s.envelopeColumns() }
+
+// Insert returns an INSERT of n rows, each taking (outbox, type, group_key, part, payload,
+// headers, delay in microseconds), that returns id, created_at and available_at per row.
+// With notify, the statement also sends one notification on NotifyChannel with the
+// given payload (PostgreSQL only; notifications are sent at commit, once per payload).
+func (s *SQL) Insert(n int, notify bool) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO `)
+	b.WriteString(s.Messages)
+	b.WriteString(` (outbox, type, group_key, part, payload, headers, created_at, available_at) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(`(?, ?, ?, ?, ?, ?, ` + s.Now() + `, ` + s.NowPlus("?") + `)`)
+	}
+	b.WriteString(` RETURNING id, ` + s.TimeCol("created_at") + `, ` + s.TimeCol("available_at"))
+	if notify && s.Kind == Postgres {
+		b.WriteString(`, pg_notify(?, ?) IS NULL`)
+	}
+	return s.p(b.String())
+}
+
+// SerializeLock takes a transaction-scoped lock on a 64-bit key, or is "" where the
+// dialect needs none (SQLite has a single writer).
+func (s *SQL) SerializeLock() string {
+	switch s.Kind {
+	case Postgres:
+		return `SELECT pg_advisory_xact_lock(?)`
+	case MySQL:
+		// InnoDB holds the row lock of an upserted row until the transaction ends,
+		// which is what a transaction-scoped advisory lock gives on PostgreSQL.
+		return `INSERT INTO ` + s.Locks + ` (lock_key) VALUES (?) ON DUPLICATE KEY UPDATE lock_key = lock_key`
+	}
+	return ""
+}
+
+// Exclusion is a group that must not be fetched from ID From on (its message From waits
+// for a retry or is scheduled later). Group "" excludes only the message From itself.
+type Exclusion struct {
+	Group string
+	From  int64
+}
+
+// Fetch returns the query for the next pending messages of a partition in ID order and
+// its arguments. The columns are EnvelopeColumns plus "ready" (available now) and the
+// database clock. Excluded groups are skipped from their blocking ID on; with total,
+// any exclusion stops the whole partition at its ID.
+func (s *SQL) Fetch(outbox string, part, limit int, total bool, excl []Exclusion) (string, []any) {
+	var b strings.Builder
+	args := []any{outbox, part}
+	b.WriteString(`SELECT ` + s.envelopeColumns() + `, available_at <= ` + s.Now() + `, ` + s.Now() +
+		` FROM ` + s.Messages + ` WHERE outbox = ? AND part = ? AND state = 0`)
+	if total && len(excl) > 0 {
+		lowest := excl[0].From
+		for _, e := range excl {
+			lowest = min(lowest, e.From)
+		}
+		b.WriteString(` AND id < ?`)
+		args = append(args, lowest)
+	} else {
+		for _, e := range excl {
+			if e.Group == "" {
+				b.WriteString(` AND id <> ?`)
+				args = append(args, e.From)
+			} else {
+				b.WriteString(` AND NOT (group_key = ? AND id >= ?)`)
+				args = append(args, e.Group, e.From)
+			}
+		}
+	}
+	b.WriteString(` ORDER BY id LIMIT ?`)
+	args = append(args, limit)
+	return s.p(b.String()), args
+}
+
+// IDList returns a condition "id IN (…)" for ids, and its arguments.
+func (s *SQL) IDList(ids []int64) (string, []any) {
+	switch s.Kind {
+	case Postgres:
+		var b strings.Builder
+		b.WriteByte('{')
+		for i, id := range ids {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.FormatInt(id, 10))
+		}
+		b.WriteByte('}')
+		return `id = ANY(?::bigint[])`, []any{b.String()}
+	case SQLite:
+		var b strings.Builder
+		b.WriteByte('[')
+		for i, id := range ids {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.FormatInt(id, 10))
+		}
+		b.WriteByte(']')
+		return `id IN (SELECT value FROM json_each(?))`, []any{b.String()}
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return `id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`, args
+}
+
+// DeleteIDs deletes messages of an outbox by ID, whatever their state.
+func (s *SQL) DeleteIDs(outbox string, ids []int64) (string, []any) {
+	cond, args := s.IDList(ids)
+	return s.p(`DELETE FROM ` + s.Messages + ` WHERE outbox = ? AND ` + cond), append([]any{outbox}, args...)
+}
+
+// DeletePending deletes delivered messages still pending (retention delete).
+func (s *SQL) DeletePending(ids []int64) (string, []any) {
+	cond, args := s.IDList(ids)
+	return s.p(`DELETE FROM ` + s.Messages + ` WHERE state = 0 AND ` + cond), args
+}
+
+// MarkDelivered marks pending messages delivered (retention keep).
+func (s *SQL) MarkDelivered(ids []int64) (string, []any) {
+	cond, args := s.IDList(ids)
+	return s.p(`UPDATE ` + s.Messages + ` SET state = 1, delivered_at = ` + s.Now() + ` WHERE state = 0 AND ` + cond), args
+}
+
+// RetryDeadIDs revives dead messages of an outbox by ID.
+func (s *SQL) RetryDeadIDs(outbox string, ids []int64) (string, []any) {
+	cond, args := s.IDList(ids)
+	return s.p(`UPDATE ` + s.Messages + ` SET state = 0, attempts = 0, available_at = ` + s.Now() +
+		` WHERE outbox = ? AND state = 2 AND ` + cond), append([]any{outbox}, args...)
+}
+
+// StillBlocking returns, of the given IDs, those still pending and not yet available.
+func (s *SQL) StillBlocking(ids []int64) (string, []any) {
+	cond, args := s.IDList(ids)
+	return s.p(`SELECT id FROM ` + s.Messages + ` WHERE state = 0 AND available_at > ` + s.Now() + ` AND ` + cond), args
+}
+
+// Up returns the statements that create the tables and indexes, idempotently.
+func (s *SQL) Up() []string {
+	idx := func(suffix string) string { return s.Quote(s.Table + "_" + suffix) }
+	var stmts []string
+	switch s.Kind {
+	case Postgres:
+		if s.Schema != "" {
+			stmts = append(stmts, `CREATE SCHEMA IF NOT EXISTS `+s.Quote(s.Schema))
+		}
+		stmts = append(stmts,
+			`CREATE TABLE IF NOT EXISTS `+s.Messages+` (
+	id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+	outbox text NOT NULL,
+	type text NOT NULL DEFAULT '',
+	group_key text NOT NULL DEFAULT '',
+	part integer NOT NULL DEFAULT 0,
+	payload bytea NOT NULL,
+	headers text,
+	state smallint NOT NULL DEFAULT 0,
+	attempts integer NOT NULL DEFAULT 0,
+	last_error text,
+	available_at timestamptz NOT NULL DEFAULT now(),
+	created_at timestamptz NOT NULL DEFAULT now(),
+	delivered_at timestamptz
+)`,
+			`CREATE INDEX IF NOT EXISTS `+idx("pending")+` ON `+s.Messages+` (outbox, part, id) WHERE state = 0`,
+			`CREATE INDEX IF NOT EXISTS `+idx("dead")+` ON `+s.Messages+` (outbox, id) WHERE state = 2`,
+			`CREATE INDEX IF NOT EXISTS `+idx("delivered")+` ON `+s.Messages+` (outbox, delivered_at) WHERE state = 1`,
+			`CREATE TABLE IF NOT EXISTS `+s.Leases+` (
+	outbox text NOT NULL,
+	part integer NOT NULL,
+	owner text NOT NULL DEFAULT '',
+	token bigint NOT NULL DEFAULT 0,
+	expires_at timestamptz NOT NULL DEFAULT 'epoch',
+	paused boolean NOT NULL DEFAULT false,
+	PRIMARY KEY (outbox, part)
+)`)
+	case SQLite:
+		stmts = append(stmts,
+			`CREATE TABLE IF NOT EXISTS `+s.Messages+` (
+	id INTEGER PRIMARY KEY AUTOINCREMENT,
+	outbox TEXT NOT NULL,
+	type TEXT NOT NULL DEFAULT '',
+	group_key TEXT NOT NULL DEFAULT '',
+	part INTEGER NOT NULL DEFAULT 0,
+	payload BLOB NOT NULL,
+	headers TEXT,
+	state INTEGER NOT NULL DEFAULT 0,
+	attempts INTEGER NOT NULL DEFAULT 0,
+	last_error TEXT,
+	available_at INTEGER NOT NULL DEFAULT (`+s.Now()+`),
+	created_at INTEGER NOT NULL DEFAULT (`+s.Now()+`),
+	delivered_at INTEGER
+)`,
+			`CREATE INDEX IF NOT EXISTS `+idx("pending")+` ON `+s.Quote(s.Table)+` (outbox, part, id) WHERE state = 0`,
+			`CREATE INDEX IF NOT EXISTS `+idx("dead")+` ON `+s.Quote(s.Table)+` (outbox, id) WHERE state = 2`,
+			`CREATE INDEX IF NOT EXISTS `+idx("delivered")+` ON `+s.Quote(s.Table)+` (outbox, delivered_at) WHERE state = 1`,
+			`CREATE TABLE IF NOT EXISTS `+s.Leases+` (
+	outbox TEXT NOT NULL,
+	part INTEGER NOT NULL,
+	owner TEXT NOT NULL DEFAULT '',
+	token INTEGER NOT NULL DEFAULT 0,
+	expires_at INTEGER NOT NULL DEFAULT 0,
+	paused INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (outbox, part)
+)`)
+	case MySQL:
+		stmts = append(stmts,
+			`CREATE TABLE IF NOT EXISTS `+s.Messages+` (
+	id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+	outbox VARCHAR(200) NOT NULL,
+	type VARCHAR(255) NOT NULL DEFAULT '',
+	group_key VARCHAR(255) NOT NULL DEFAULT '',
+	part INT NOT NULL DEFAULT 0,
+	payload LONGBLOB NOT NULL,
+	headers TEXT,
+	state TINYINT NOT NULL DEFAULT 0,
+	attempts INT NOT NULL DEFAULT 0,
+	last_error TEXT,
+	available_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+	created_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+	delivered_at DATETIME(6),
+	KEY `+idx("pending")+` (outbox, state, part, id),
+	KEY `+idx("delivered")+` (outbox, state, delivered_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+			`CREATE TABLE IF NOT EXISTS `+s.Leases+` (
+	outbox VARCHAR(200) NOT NULL,
+	part INT NOT NULL,
+	owner VARCHAR(255) NOT NULL DEFAULT '',
+	token BIGINT NOT NULL DEFAULT 0,
+	expires_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',
+	paused TINYINT NOT NULL DEFAULT 0,
+	PRIMARY KEY (outbox, part)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+			`CREATE TABLE IF NOT EXISTS `+s.Locks+` (
+	lock_key BIGINT NOT NULL PRIMARY KEY
+) ENGINE=InnoDB`)
+	}
+	return stmts
+}
+
+// Down returns the statements that drop what Up created.
+func (s *SQL) Down() []string {
+	stmts := []string{`DROP TABLE IF EXISTS ` + s.Leases, `DROP TABLE IF EXISTS ` + s.Messages}
+	if s.Kind == MySQL {
+		stmts = append(stmts, `DROP TABLE IF EXISTS `+s.Locks)
+	}
+	return stmts
+}
+
+// Script joins statements into one SQL text, for migration tools.
+func Script(stmts []string) string {
+	var b strings.Builder
+	for _, st := range stmts {
+		fmt.Fprintf(&b, "%s;\n\n", st)
+	}
+	return b.String()
+}

@@ -1,0 +1,3 @@
+module github.com/outboxer-go/outboxer
+
+go 1.26
