@@ -25,8 +25,10 @@ var (
 	ErrManualOnly = errors.New("outboxer: Drain needs Manual mode")
 	// ErrAlreadyRunning: Run was called on an instance that is running or has run.
 	ErrAlreadyRunning = errors.New("outboxer: already running")
-	// ErrPublishOnly: Run on a publish-only instance has nothing to do.
-	ErrPublishOnly = errors.New("outboxer: publish-only instance")
+	// ErrInvalidExecutor: the handle given to Publish cannot be used (nil, or it cannot read rows).
+	ErrInvalidExecutor = errors.New("outboxer: invalid executor")
+	// ErrLeaseLost: a worker lost its partition to another owner; it stops delivering it.
+	ErrLeaseLost = errors.New("outboxer: partition lease lost")
 )
 
 // ConfigError names the option New refused and why. It wraps ErrInvalidConfig.

@@ -3,6 +3,7 @@
 package dialect
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -29,7 +30,7 @@ type SQL struct {
 
 	// Fixed statements.
 	AcquireLease, ReadLease, RenewLease, ReleaseLease, EnsureLease, FenceLease string
-	Pause, Resume, CountLeases                                                 string
+	Pause, Resume, CountLeases, DropLeasesFrom                                 string
 	FailMessage, KillMessage                                                   string
 	Counts, ListPending, ListDead, RetryDeadAll, Prune, PartitionsInUse        string
 	LeaseStatus, PartitionStatus, MovePartitions, NotifyChannel                string
@@ -61,7 +62,8 @@ func New(kind Kind, schema, table string) *SQL {
 	s.Pause = s.p(`UPDATE ` + s.Leases + ` SET paused = ` + s.bool(true) + ` WHERE outbox = ?`)
 	s.Resume = s.p(`UPDATE ` + s.Leases + ` SET paused = ` + s.bool(false) + ` WHERE outbox = ?`)
 	s.CountLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ?`)
-	s.LeaseStatus = s.p(`SELECT part, owner, token, ` + s.TimeCol("expires_at") + `, paused, ` + now + ` FROM ` + s.Leases +
+	s.DropLeasesFrom = s.p(`DELETE FROM ` + s.Leases + ` WHERE outbox = ? AND part >= ?`)
+	s.LeaseStatus = s.p(`SELECT part, owner, token, ` + s.TimeCol("expires_at") + `, paused, ` + s.TimeCol(now) + ` FROM ` + s.Leases +
 		` WHERE outbox = ? ORDER BY part`)
 
 	s.FailMessage = s.p(`UPDATE ` + s.Messages + ` SET attempts = attempts + 1, last_error = ?, available_at = ` + s.NowPlus("?") +
@@ -216,7 +218,7 @@ func (s *SQL) Insert(n int, notify bool) string {
 func (s *SQL) SerializeLock() string {
 	switch s.Kind {
 	case Postgres:
-		return `SELECT pg_advisory_xact_lock(?)`
+		return s.p(`SELECT pg_advisory_xact_lock(?)`)
 	case MySQL:
 		// InnoDB holds the row lock of an upserted row until the transaction ends,
 		// which is what a transaction-scoped advisory lock gives on PostgreSQL.
@@ -225,38 +227,52 @@ func (s *SQL) SerializeLock() string {
 	return ""
 }
 
-// Exclusion is a group that must not be fetched from ID From on (its message From waits
-// for a retry or is scheduled later). Group "" excludes only the message From itself.
+// Mode is the ordering a fetch keeps.
+type Mode int
+
+// The modes.
+const (
+	Grouped   Mode = iota // per group key; unordered messages flow freely
+	Total                 // the whole partition is one group
+	Unordered             // nothing blocks
+)
+
+// Exclusion is a group that must not be fetched from ID From on: its message From waits
+// for a retry or is scheduled later. In Total mode the group is ignored.
 type Exclusion struct {
 	Group string
 	From  int64
 }
 
-// Fetch returns the query for the next pending messages of a partition in ID order and
-// its arguments. The columns are EnvelopeColumns plus "ready" (available now) and the
-// database clock. Excluded groups are skipped from their blocking ID on; with total,
-// any exclusion stops the whole partition at its ID.
-func (s *SQL) Fetch(outbox string, part, limit int, total bool, excl []Exclusion) (string, []any) {
+// Fetch returns the query for the next pending messages of a partition in ID order, and
+// its arguments. The columns are EnvelopeColumns, then whether the row is available now,
+// then the database clock. Unordered messages that are not available yet are left out by
+// the query; an ordered one is returned (not available), so that the caller learns its
+// group is blocked and excludes it from then on.
+func (s *SQL) Fetch(outbox string, part, limit int, mode Mode, excl []Exclusion) (string, []any) {
 	var b strings.Builder
+	now := s.Now()
 	args := []any{outbox, part}
-	b.WriteString(`SELECT ` + s.envelopeColumns() + `, available_at <= ` + s.Now() + `, ` + s.Now() +
+	b.WriteString(`SELECT ` + s.envelopeColumns() + `, available_at <= ` + now + `, ` + s.TimeCol(now) +
 		` FROM ` + s.Messages + ` WHERE outbox = ? AND part = ? AND state = 0`)
-	if total && len(excl) > 0 {
-		lowest := excl[0].From
-		for _, e := range excl {
-			lowest = min(lowest, e.From)
-		}
-		b.WriteString(` AND id < ?`)
-		args = append(args, lowest)
-	} else {
-		for _, e := range excl {
-			if e.Group == "" {
-				b.WriteString(` AND id <> ?`)
-				args = append(args, e.From)
-			} else {
-				b.WriteString(` AND NOT (group_key = ? AND id >= ?)`)
-				args = append(args, e.Group, e.From)
+	switch mode {
+	case Unordered:
+		b.WriteString(` AND available_at <= ` + now)
+	case Total:
+		if len(excl) > 0 {
+			lowest := excl[0].From
+			for _, e := range excl {
+				lowest = min(lowest, e.From)
 			}
+			b.WriteString(` AND id < ?`)
+			args = append(args, lowest)
+		}
+	case Grouped:
+		b.WriteString(` AND (group_key <> '' OR available_at <= ` + now + `)`)
+		if len(excl) > 0 {
+			cond, more := s.excluded(excl)
+			b.WriteString(` AND NOT EXISTS (` + cond + `)`)
+			args = append(args, more...)
 		}
 	}
 	b.WriteString(` ORDER BY id LIMIT ?`)
@@ -264,20 +280,75 @@ func (s *SQL) Fetch(outbox string, part, limit int, total bool, excl []Exclusion
 	return s.p(b.String()), args
 }
 
+// excluded is a subquery matching rows of the excluded groups from their blocking IDs on.
+// The exclusions travel as one or two parameters (arrays or JSON), however many there are.
+func (s *SQL) excluded(excl []Exclusion) (string, []any) {
+	switch s.Kind {
+	case Postgres:
+		groups := make([]string, len(excl))
+		froms := make([]int64, len(excl))
+		for i, e := range excl {
+			groups[i], froms[i] = e.Group, e.From
+		}
+		return `SELECT 1 FROM unnest(?::text[], ?::bigint[]) AS x(g, f) WHERE x.g = group_key AND id >= x.f`,
+			[]any{pgTextArray(groups), pgIntArray(froms)}
+	case SQLite:
+		return `SELECT 1 FROM json_each(?) AS x WHERE x.value ->> 0 = group_key AND id >= x.value ->> 1`,
+			[]any{jsonPairs(excl)}
+	}
+	return `SELECT 1 FROM JSON_TABLE(?, '$[*]' COLUMNS (g VARCHAR(255) PATH '$[0]', f BIGINT PATH '$[1]')) AS x` +
+		` WHERE x.g COLLATE utf8mb4_bin = group_key AND id >= x.f`, []any{jsonPairs(excl)}
+}
+
+func jsonPairs(excl []Exclusion) string {
+	pairs := make([][2]any, len(excl))
+	for i, e := range excl {
+		pairs[i] = [2]any{e.Group, e.From}
+	}
+	b, _ := json.Marshal(pairs) // strings and integers always encode
+	return string(b)
+}
+
+// pgTextArray writes a PostgreSQL array literal of text values.
+func pgTextArray(vals []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range vals {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for _, r := range v {
+			if r == '"' || r == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// pgIntArray writes a PostgreSQL array literal of integers.
+func pgIntArray(vals []int64) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range vals {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(v, 10))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
 // IDList returns a condition "id IN (…)" for ids, and its arguments.
 func (s *SQL) IDList(ids []int64) (string, []any) {
 	switch s.Kind {
 	case Postgres:
-		var b strings.Builder
-		b.WriteByte('{')
-		for i, id := range ids {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(strconv.FormatInt(id, 10))
-		}
-		b.WriteByte('}')
-		return `id = ANY(?::bigint[])`, []any{b.String()}
+		return `id = ANY(?::bigint[])`, []any{pgIntArray(ids)}
 	case SQLite:
 		var b strings.Builder
 		b.WriteByte('[')

@@ -1,0 +1,279 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Counts is the number of messages of an outbox by state.
+type Counts struct {
+	Pending   int64 // the backlog, including messages waiting for a retry
+	Delivered int64 // only with KeepFor retention
+	Dead      int64
+}
+
+// Counts returns the number of messages of an outbox by state.
+func (o *Outboxer) Counts(ctx context.Context, outbox string) (Counts, error) {
+	ob, err := o.outbox(outbox)
+	if err != nil {
+		return Counts{}, err
+	}
+	var c Counts
+	err = queryRows(ctx, o.cfg.DB, ob.sql.Counts, []any{outbox}, func(scan func(...any) error) error {
+		var state int
+		var n int64
+		if err := scan(&state, &n); err != nil {
+			return err
+		}
+		switch State(state) {
+		case Pending:
+			c.Pending = n
+		case Delivered:
+			c.Delivered = n
+		case Dead:
+			c.Dead = n
+		}
+		return nil
+	})
+	if err != nil {
+		return Counts{}, fmt.Errorf("outboxer: counts of %q: %w", outbox, err)
+	}
+	return c, nil
+}
+
+// ListPending lists pending messages of an outbox, oldest first, at most limit (100 when
+// limit <= 0). Messages with Attempts > 0 failed and wait for a retry; with ordering on,
+// they are what holds their group back.
+func (o *Outboxer) ListPending(ctx context.Context, outbox string, limit int) ([]Envelope, error) {
+	return o.list(ctx, outbox, limit, func(ob *box) string { return ob.sql.ListPending })
+}
+
+// ListDead lists dead messages of an outbox, oldest first, at most limit (100 when
+// limit <= 0). LastError holds the reason of the final failure.
+func (o *Outboxer) ListDead(ctx context.Context, outbox string, limit int) ([]Envelope, error) {
+	return o.list(ctx, outbox, limit, func(ob *box) string { return ob.sql.ListDead })
+}
+
+func (o *Outboxer) list(ctx context.Context, outbox string, limit int, query func(*box) string) ([]Envelope, error) {
+	ob, err := o.outbox(outbox)
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	var envs []Envelope
+	err = queryRows(ctx, o.cfg.DB, query(ob), []any{outbox, limit}, func(scan func(...any) error) error {
+		e, err := scanEnvelope(scan)
+		if err != nil {
+			return err
+		}
+		envs = append(envs, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outboxer: list %q: %w", outbox, err)
+	}
+	return envs, nil
+}
+
+// scanEnvelope reads the dialect's EnvelopeColumns, plus any extra destinations.
+func scanEnvelope(scan func(...any) error, extra ...any) (Envelope, error) {
+	var (
+		e         Envelope
+		headers   *string
+		lastError *string
+		state     int
+		created   dbTime
+		available dbTime
+	)
+	dest := append([]any{&e.ID, &e.Outbox, &e.Type, &e.GroupKey, &e.Partition, &e.Payload, &headers, &state,
+		&e.Attempts, &lastError, &created, &available}, extra...)
+	if err := scan(dest...); err != nil {
+		return Envelope{}, err
+	}
+	if headers != nil && *headers != "" {
+		if err := json.Unmarshal([]byte(*headers), &e.Headers); err != nil {
+			return Envelope{}, fmt.Errorf("message %d: headers: %w", e.ID, err)
+		}
+	}
+	if lastError != nil {
+		e.LastError = *lastError
+	}
+	if e.Payload == nil {
+		e.Payload = []byte{}
+	}
+	e.State = State(state)
+	e.CreatedAt, e.AvailableAt = created.Time, available.Time
+	return e, nil
+}
+
+// Discard permanently deletes messages of an outbox by ID, whatever their state, and
+// returns how many it deleted. It is how a poison message that blocks its group (with
+// MaxAttempts 0) is skipped: find it with ListPending, then discard it.
+func (o *Outboxer) Discard(ctx context.Context, outbox string, ids ...int64) (int64, error) {
+	ob, err := o.outbox(outbox)
+	if err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	q, args := ob.sql.DeleteIDs(outbox, ids)
+	res, err := o.cfg.DB.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("outboxer: discard from %q: %w", outbox, err)
+	}
+	n, _ := res.RowsAffected()
+	ob.signalAll(wakeRecheck)
+	return n, nil
+}
+
+// RetryDead puts dead messages of an outbox back for delivery, with their attempts reset,
+// and returns how many it revived: those with the given IDs, or every dead message when
+// none are given. They keep their ID, so they rejoin their group at their old place (later
+// messages of the group may have been delivered already).
+func (o *Outboxer) RetryDead(ctx context.Context, outbox string, ids ...int64) (int64, error) {
+	ob, err := o.outbox(outbox)
+	if err != nil {
+		return 0, err
+	}
+	q, args := ob.sql.RetryDeadAll, []any{outbox}
+	if len(ids) > 0 {
+		q, args = ob.sql.RetryDeadIDs(outbox, ids)
+	}
+	res, err := o.cfg.DB.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("outboxer: retry dead of %q: %w", outbox, err)
+	}
+	n, _ := res.RowsAffected()
+	ob.signalAll(wakeNow)
+	return n, nil
+}
+
+// Pause stops the delivery of an outbox on every node sharing its table, until Resume.
+// Workers notice within a quarter of Config.LeaseDuration (at once on this instance);
+// a batch in flight finishes. Publishing goes on.
+func (o *Outboxer) Pause(ctx context.Context, outbox string) error {
+	return o.setPaused(ctx, outbox, true)
+}
+
+// Resume restarts the delivery of a paused outbox on every node.
+func (o *Outboxer) Resume(ctx context.Context, outbox string) error {
+	return o.setPaused(ctx, outbox, false)
+}
+
+func (o *Outboxer) setPaused(ctx context.Context, outbox string, paused bool) error {
+	ob, err := o.outbox(outbox)
+	if err != nil {
+		return err
+	}
+	if err := o.ensureLeases(ctx, ob, paused); err != nil {
+		return err
+	}
+	q := ob.sql.Resume
+	if paused {
+		q = ob.sql.Pause
+	}
+	if _, err := o.cfg.DB.ExecContext(ctx, q, outbox); err != nil {
+		return fmt.Errorf("outboxer: pause %q: %w", outbox, err)
+	}
+	ob.signalAll(wakeRecheck)
+	return nil
+}
+
+// ensureLeases creates the lease rows of the outbox's partitions that do not exist yet.
+func (o *Outboxer) ensureLeases(ctx context.Context, ob *box, paused bool) error {
+	for p := range ob.cfg.Partitions {
+		if _, err := o.cfg.DB.ExecContext(ctx, ob.sql.EnsureLease, ob.name, p, paused); err != nil {
+			return fmt.Errorf("outboxer: create lease of %q partition %d: %w", ob.name, p, err)
+		}
+	}
+	return nil
+}
+
+// PartitionStatus describes one partition of an outbox, for operators.
+type PartitionStatus struct {
+	Partition    int
+	Pending      int64         // backlog of the partition
+	OldestAge    time.Duration // age of its oldest pending message; 0 when empty
+	Owner        string        // the worker holding the lease; "" when none
+	Token        int64         // bumped at every takeover
+	LeaseExpires time.Time     // when the lease runs out unless renewed
+	LeaseHeld    bool          // Owner is set and the lease has not run out
+	Paused       bool
+}
+
+// Status returns, for each partition of an outbox, its backlog and its owner.
+func (o *Outboxer) Status(ctx context.Context, outbox string) ([]PartitionStatus, error) {
+	ob, err := o.outbox(outbox)
+	if err != nil {
+		return nil, err
+	}
+	byPart := map[int]*PartitionStatus{}
+	get := func(p int) *PartitionStatus {
+		if st, ok := byPart[p]; ok {
+			return st
+		}
+		st := &PartitionStatus{Partition: p}
+		byPart[p] = st
+		return st
+	}
+	for p := range ob.cfg.Partitions {
+		get(p)
+	}
+	var now time.Time
+	err = queryRows(ctx, o.cfg.DB, ob.sql.LeaseStatus, []any{outbox}, func(scan func(...any) error) error {
+		var (
+			p       int
+			owner   string
+			token   int64
+			expires dbTime
+			paused  bool
+			dbNow   dbTime
+		)
+		if err := scan(&p, &owner, &token, &expires, &paused, &dbNow); err != nil {
+			return err
+		}
+		st := get(p)
+		st.Owner, st.Token, st.LeaseExpires, st.Paused = owner, token, expires.Time, paused
+		st.LeaseHeld = owner != "" && expires.After(dbNow.Time)
+		now = dbNow.Time
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outboxer: status of %q: %w", outbox, err)
+	}
+	err = queryRows(ctx, o.cfg.DB, ob.sql.PartitionStatus, []any{outbox}, func(scan func(...any) error) error {
+		var (
+			p      int
+			n      int64
+			oldest dbTime
+		)
+		if err := scan(&p, &n, &oldest); err != nil {
+			return err
+		}
+		st := get(p)
+		st.Pending = n
+		if !oldest.IsZero() {
+			ref := now
+			if ref.IsZero() {
+				ref = time.Now()
+			}
+			st.OldestAge = max(ref.Sub(oldest.Time), 0)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outboxer: status of %q: %w", outbox, err)
+	}
+	out := make([]PartitionStatus, 0, len(byPart))
+	for p := 0; len(out) < len(byPart); p++ {
+		if st, ok := byPart[p]; ok {
+			out = append(out, *st)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,175 @@
+package core
+
+import (
+	"database/sql"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/outboxer-go/outboxer/core/internal/dialect"
+)
+
+// Outboxer is an instance: it publishes into its outboxes and, when Run, delivers them.
+// Create it with New. Its methods are safe for concurrent use; several instances may live
+// in one process.
+type Outboxer struct {
+	cfg      Config
+	kind     dialect.Kind
+	outboxes map[string]*box
+	tables   map[string]*dialect.SQL // by table name
+	running  atomic.Bool
+	rr       atomic.Uint64 // spreads unordered messages over partitions
+}
+
+// box is one configured outbox with its statements and its workers' wake-up channels.
+type box struct {
+	name string
+	cfg  OutboxConfig
+	sql  *dialect.SQL
+	// wake has one channel per partition, buffered 1: a send never blocks and a pending
+	// wake-up is never lost.
+	wake []chan wakeKind
+	// mu guards workers, set while Run runs, so admin calls can reach them.
+	mu      sync.Mutex
+	workers []*worker
+}
+
+type wakeKind uint8
+
+const (
+	wakeNow     wakeKind = iota + 1 // rows were committed: fetch now
+	wakeSoon                        // rows were written in a transaction that may commit soon
+	wakeRecheck                     // blocked groups may have changed (discard, retry)
+)
+
+// New checks cfg, applies the defaults and returns an instance. It returns a *ConfigError
+// (errors.Is ErrInvalidConfig) naming the first option it refuses. New does no I/O.
+func New(cfg Config) (*Outboxer, error) {
+	if cfg.DB != nil && cfg.Dialect == "" {
+		d, err := DetectDialect(cfg.DB)
+		if err != nil {
+			return nil, &ConfigError{Field: "Dialect", Reason: err.Error()}
+		}
+		cfg.Dialect = d
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	o := &Outboxer{
+		cfg:      c,
+		kind:     dialectKind(c.Dialect),
+		outboxes: make(map[string]*box, len(c.Outboxes)),
+		tables:   map[string]*dialect.SQL{},
+	}
+	for _, name := range slices.Sorted(mapsKeys(c.Outboxes)) {
+		oc := c.Outboxes[name]
+		s, ok := o.tables[oc.Table]
+		if !ok {
+			s = dialect.New(o.kind, c.Schema, oc.Table)
+			o.tables[oc.Table] = s
+		}
+		ob := &box{name: name, cfg: oc, sql: s, wake: make([]chan wakeKind, oc.Partitions)}
+		for i := range ob.wake {
+			ob.wake[i] = make(chan wakeKind, 1)
+		}
+		o.outboxes[name] = ob
+	}
+	return o, nil
+}
+
+func mapsKeys[M ~map[K]V, K comparable, V any](m M) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// Config returns the configuration in force, with the defaults applied.
+func (o *Outboxer) Config() Config { return o.cfg }
+
+// Outboxes returns the names of the configured outboxes, sorted.
+func (o *Outboxer) Outboxes() []string { return slices.Sorted(mapsKeys(o.outboxes)) }
+
+func (o *Outboxer) outbox(name string) (*box, error) {
+	ob, ok := o.outboxes[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q (configured: %s)", ErrUnknownOutbox, name, strings.Join(o.Outboxes(), ", "))
+	}
+	return ob, nil
+}
+
+// Wake tells the workers of this instance that the given envelopes were committed, so
+// they deliver them now instead of at the next poll. Publish does it by itself for
+// handles that are not transactions; the run-in-transaction helpers do it after commit.
+// Call it after committing a transaction you published in, if you want the lowest latency
+// without Notify.
+func (o *Outboxer) Wake(envs ...Envelope) {
+	for _, e := range envs {
+		if ob, ok := o.outboxes[e.Outbox]; ok && e.Partition >= 0 && e.Partition < len(ob.wake) {
+			ob.signal(e.Partition, wakeNow)
+		}
+	}
+}
+
+func (ob *box) signal(part int, k wakeKind) {
+	select {
+	case ob.wake[part] <- k:
+	default:
+		// A wake-up is already pending. Upgrade a soft one to a firm one.
+		if k == wakeNow {
+			select {
+			case old := <-ob.wake[part]:
+				if old > k {
+					k = old
+				}
+			default:
+			}
+			select {
+			case ob.wake[part] <- k:
+			default:
+			}
+		}
+	}
+}
+
+func (ob *box) signalAll(k wakeKind) {
+	for p := range ob.wake {
+		ob.signal(p, k)
+	}
+}
+
+func dialectKind(d Dialect) dialect.Kind {
+	switch d {
+	case SQLite:
+		return dialect.SQLite
+	case MySQL:
+		return dialect.MySQL
+	}
+	return dialect.Postgres
+}
+
+// DetectDialect names the dialect of db from its driver: pgx and lib/pq are Postgres,
+// modernc.org/sqlite and mattn/go-sqlite3 are SQLite, go-sql-driver/mysql is MySQL.
+func DetectDialect(db *sql.DB) (Dialect, error) {
+	t := reflect.TypeOf(db.Driver())
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	path := t.PkgPath() + "." + t.Name()
+	switch {
+	case strings.Contains(path, "pgx"), strings.Contains(path, "lib/pq"), strings.Contains(path, "postgres"):
+		return Postgres, nil
+	case strings.Contains(path, "sqlite"):
+		return SQLite, nil
+	case strings.Contains(path, "mysql"):
+		return MySQL, nil
+	}
+	return "", fmt.Errorf("cannot tell the dialect of driver %s: set Config.Dialect", path)
+}

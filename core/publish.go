@@ -1,0 +1,376 @@
+package core
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"reflect"
+	"slices"
+	"time"
+)
+
+// MaxGroupKeyLen bounds group keys (they are indexed).
+const MaxGroupKeyLen = 255
+
+// insertChunk bounds the rows of one INSERT, under every dialect's placeholder limit.
+const insertChunk = 1000
+
+// PublishOption changes how messages are published.
+type PublishOption func(*publishOptions)
+
+type publishOptions struct {
+	outbox    string
+	groupKey  *string
+	headers   map[string]string
+	delay     time.Duration
+	available time.Time
+}
+
+// WithOutbox publishes into the named outbox instead of the message's Outbox().
+func WithOutbox(name string) PublishOption { return func(o *publishOptions) { o.outbox = name } }
+
+// WithGroupKey sets the group key, overriding the message's GroupKey(); "" makes the
+// message unordered.
+func WithGroupKey(key string) PublishOption { return func(o *publishOptions) { o.groupKey = &key } }
+
+// WithHeaders merges headers over the message's own Headers().
+func WithHeaders(h map[string]string) PublishOption {
+	return func(o *publishOptions) {
+		if o.headers == nil {
+			o.headers = map[string]string{}
+		}
+		maps.Copy(o.headers, h)
+	}
+}
+
+// WithDelay schedules the message d after the database's clock at insert. With ordering,
+// a scheduled message holds back the later messages of its group until it is delivered.
+func WithDelay(d time.Duration) PublishOption { return func(o *publishOptions) { o.delay = d } }
+
+// WithAvailableAt schedules the message for t (converted to a delay from now on this
+// process's clock, then applied to the database's clock).
+func WithAvailableAt(t time.Time) PublishOption { return func(o *publishOptions) { o.available = t } }
+
+// row is one message ready to insert.
+type row struct {
+	ob      *box
+	env     Envelope
+	headers any // JSON text or nil
+	delay   int64
+}
+
+// Publish writes msg into its outbox through db and returns the stored envelope.
+//
+// Pass the transaction your business writes use: the message is stored if and only if it
+// commits. On a handle that is not a transaction (*sql.DB) the message is stored at once,
+// atomically on its own, unless Config.RequireTransaction is set.
+func (o *Outboxer) Publish(ctx context.Context, db Executor, msg Message, opts ...PublishOption) (Envelope, error) {
+	envs, err := o.PublishAll(ctx, db, []Message{msg}, opts...)
+	if err != nil {
+		return Envelope{}, err
+	}
+	return envs[0], nil
+}
+
+// PublishAll writes msgs through db in one multi-row INSERT per table (a statement per
+// 1,000 messages) and returns their envelopes in the same order. The options apply to
+// every message. Nothing is written if any message is invalid.
+func (o *Outboxer) PublishAll(ctx context.Context, db Executor, msgs []Message, opts ...PublishOption) ([]Envelope, error) {
+	if isNil(db) {
+		return nil, fmt.Errorf("%w: nil", ErrInvalidExecutor)
+	}
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	var po publishOptions
+	for _, opt := range opts {
+		opt(&po)
+	}
+	rows := make([]row, len(msgs))
+	for i, m := range msgs {
+		r, err := o.prepare(m, &po)
+		if err != nil {
+			if len(msgs) > 1 {
+				return nil, fmt.Errorf("message %d: %w", i, err)
+			}
+			return nil, err
+		}
+		rows[i] = r
+	}
+	tx := inTransaction(db)
+	if o.cfg.RequireTransaction && !tx {
+		return nil, fmt.Errorf("%w: %T is not a transaction (RequireTransaction is set)", ErrNotInTransaction, db)
+	}
+	locks := o.lockKeys(rows)
+	if len(locks) > 0 && !tx {
+		// The lock must be held until commit: run lock and insert in a transaction of our own.
+		b, ok := db.(txBeginner)
+		if !ok {
+			return nil, fmt.Errorf("%w: SerializeWrites needs a transaction or a handle that can begin one, got %T", ErrInvalidExecutor, db)
+		}
+		own, err := b.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, fmt.Errorf("outboxer: publish: %w", err)
+		}
+		defer own.Rollback()
+		if err := o.write(ctx, own, rows, locks); err != nil {
+			return nil, err
+		}
+		if err := own.Commit(); err != nil {
+			return nil, fmt.Errorf("outboxer: publish: commit: %w", err)
+		}
+	} else if err := o.write(ctx, db, rows, locks); err != nil {
+		return nil, err
+	}
+	envs := make([]Envelope, len(rows))
+	for i, r := range rows {
+		envs[i] = r.env
+	}
+	o.published(envs, tx)
+	return envs, nil
+}
+
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// prepare validates and encodes one message.
+func (o *Outboxer) prepare(m Message, po *publishOptions) (row, error) {
+	if isNil(m) {
+		return row{}, fmt.Errorf("%w: nil message", ErrInvalidMessage)
+	}
+	name := po.outbox
+	if name == "" {
+		name = m.Outbox()
+	}
+	if name == "" {
+		return row{}, fmt.Errorf("%w: %T names no outbox", ErrInvalidMessage, m)
+	}
+	ob, err := o.outbox(name)
+	if err != nil {
+		return row{}, err
+	}
+	env := Envelope{Outbox: name, Type: messageType(m), State: Pending}
+	if po.groupKey != nil {
+		env.GroupKey = *po.groupKey
+	} else if g, ok := m.(GroupKeyer); ok {
+		env.GroupKey = g.GroupKey()
+	}
+	if len(env.GroupKey) > MaxGroupKeyLen {
+		return row{}, fmt.Errorf("%w: group key of %d bytes (at most %d)", ErrInvalidMessage, len(env.GroupKey), MaxGroupKeyLen)
+	}
+	if h, ok := m.(Headerer); ok {
+		if own := h.Headers(); len(own) > 0 {
+			env.Headers = maps.Clone(own)
+		}
+	}
+	if len(po.headers) > 0 {
+		if env.Headers == nil {
+			env.Headers = map[string]string{}
+		}
+		maps.Copy(env.Headers, po.headers)
+	}
+	if raw, ok := m.(Raw); ok {
+		if raw.Type == "" {
+			return row{}, fmt.Errorf("%w: Raw needs a Type", ErrInvalidMessage)
+		}
+		env.Payload = raw.Data
+	} else if env.Payload, err = o.cfg.Codec.Marshal(m); err != nil {
+		return row{}, fmt.Errorf("%w: encode %T: %w", ErrInvalidMessage, m, err)
+	}
+	if env.Payload == nil {
+		env.Payload = []byte{}
+	}
+	if len(env.Payload) > o.cfg.MaxPayloadBytes {
+		return row{}, fmt.Errorf("%w: %T encodes to %d bytes (MaxPayloadBytes is %d)", ErrPayloadTooLarge, m, len(env.Payload), o.cfg.MaxPayloadBytes)
+	}
+	r := row{ob: ob, env: env}
+	if len(env.Headers) > 0 {
+		h, err := json.Marshal(env.Headers)
+		if err != nil {
+			return row{}, fmt.Errorf("%w: headers: %w", ErrInvalidMessage, err)
+		}
+		r.headers = string(h)
+	}
+	delay := po.delay
+	if !po.available.IsZero() {
+		delay = time.Until(po.available)
+	}
+	r.delay = max(delay, 0).Microseconds()
+	r.env.Partition = o.partition(ob, env.GroupKey)
+	return r, nil
+}
+
+// partition places a message: by a stable hash of its group key, or spread round-robin
+// when it has none (or the outbox keeps no order).
+func (o *Outboxer) partition(ob *box, key string) int {
+	n := ob.cfg.Partitions
+	if n == 1 {
+		return 0
+	}
+	if key == "" || ob.cfg.Ordering == OrderNone {
+		return int(o.rr.Add(1) % uint64(n))
+	}
+	return PartitionFor(key, n)
+}
+
+// PartitionFor is the partition of a group key among n: FNV-1a of the key, modulo n. It
+// never changes between versions, so rows written by another process land where this one
+// reads them.
+func PartitionFor(key string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}
+
+// lockKeys returns, sorted so concurrent publishers cannot deadlock, the keys to lock for
+// SerializeWrites.
+func (o *Outboxer) lockKeys(rows []row) []int64 {
+	if o.kind == dialectKindSQLite {
+		return nil
+	}
+	var keys []int64
+	for _, r := range rows {
+		if r.ob.cfg.SerializeWrites && r.env.GroupKey != "" {
+			h := fnv.New64a()
+			h.Write([]byte(r.ob.sql.Messages + "\x00" + r.env.Outbox + "\x00" + r.env.GroupKey))
+			k := int64(h.Sum64())
+			if o.kind == dialectKindMySQL {
+				// A bounded lock table: unrelated groups rarely share a row, and sharing one
+				// only serialises them.
+				k = int64(h.Sum64() % (1 << 20))
+			}
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// write takes the locks and inserts the rows, table by table, chunk by chunk.
+func (o *Outboxer) write(ctx context.Context, db Executor, rows []row, locks []int64) error {
+	if len(locks) > 0 {
+		// Any table's lock statement serialises: PostgreSQL's advisory locks are database-wide,
+		// and on MySQL one lock table is enough.
+		lock := rows[0].ob.sql.SerializeLock()
+		for _, k := range locks {
+			if _, err := db.ExecContext(ctx, lock, k); err != nil {
+				return fmt.Errorf("outboxer: publish: serialize writes: %w", err)
+			}
+		}
+	}
+	start := 0
+	for start < len(rows) {
+		// A run of rows of the same table, at most insertChunk long.
+		end := start + 1
+		for end < len(rows) && end-start < insertChunk && rows[end].ob.sql == rows[start].ob.sql {
+			end++
+		}
+		if err := o.insert(ctx, db, rows[start:end]); err != nil {
+			return err
+		}
+		start = end
+	}
+	return nil
+}
+
+func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {
+	s := rows[0].ob.sql
+	notify := o.cfg.Notify
+	q := s.Insert(len(rows), notify)
+	args := make([]any, 0, len(rows)*7+2)
+	for _, r := range rows {
+		args = append(args, r.env.Outbox, r.env.Type, r.env.GroupKey, r.env.Partition, r.env.Payload, r.headers, r.delay)
+	}
+	if notify {
+		payload := rows[0].env.Outbox
+		for _, r := range rows {
+			if r.env.Outbox != payload {
+				payload = ""
+				break
+			}
+		}
+		args = append(args, s.NotifyChannel, payload)
+	}
+	type ret struct {
+		id             int64
+		created, avail dbTime
+	}
+	got := make([]ret, 0, len(rows))
+	err := queryRows(ctx, db, q, args, func(scan func(...any) error) error {
+		var r ret
+		dest := []any{&r.id, &r.created, &r.avail}
+		if notify {
+			var ignored sql.NullBool
+			dest = append(dest, &ignored)
+		}
+		if err := scan(dest...); err != nil {
+			return err
+		}
+		got = append(got, r)
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrInvalidExecutor) {
+			return err
+		}
+		return fmt.Errorf("outboxer: publish into %s: %w", s.Messages, err)
+	}
+	if len(got) != len(rows) {
+		return fmt.Errorf("outboxer: publish into %s: %d rows returned for %d inserted", s.Messages, len(got), len(rows))
+	}
+	// IDs are drawn in row order within one statement; the order rows come back in is not
+	// promised, so match them by sorting.
+	slices.SortFunc(got, func(a, b ret) int { return cmpInt64(a.id, b.id) })
+	for i := range rows {
+		rows[i].env.ID = got[i].id
+		rows[i].env.CreatedAt = got[i].created.Time
+		rows[i].env.AvailableAt = got[i].avail.Time
+	}
+	return nil
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// published raises the publish event and wakes this instance's workers.
+func (o *Outboxer) published(envs []Envelope, tx bool) {
+	if o.cfg.Hooks.OnPublish != nil {
+		var names []string
+		for _, e := range envs {
+			if !slices.Contains(names, e.Outbox) {
+				names = append(names, e.Outbox)
+			}
+		}
+		o.cfg.Hooks.OnPublish(PublishEvent{Name: o.cfg.Name, Outboxes: names, Count: len(envs)})
+	}
+	if !o.running.Load() {
+		return
+	}
+	kind := wakeNow
+	if tx {
+		kind = wakeSoon
+	}
+	for _, e := range envs {
+		o.outboxes[e.Outbox].signal(e.Partition, kind)
+	}
+}

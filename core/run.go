@@ -1,0 +1,321 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Run delivers the outboxes until ctx is done, then stops gracefully: it stops fetching,
+// lets in-flight batches finish within Config.ShutdownTimeout, releases the partitions
+// so other nodes take them at once, closes the relays that are Closers, and returns nil.
+//
+// It first checks that the stored partitions match the configuration (ErrRepartitioned
+// otherwise), creates missing lease rows and starts the relays that are Starters. A
+// PublishOnly or Manual instance starts nothing: Run then just waits for ctx.
+//
+// Run may be called once per instance; it returns ErrAlreadyRunning after that.
+func (o *Outboxer) Run(ctx context.Context) error {
+	if !o.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	if o.cfg.PublishOnly || o.cfg.Manual {
+		<-ctx.Done()
+		return nil
+	}
+	if err := o.prepareRun(ctx); err != nil {
+		return err
+	}
+	started, err := o.startRelays(ctx)
+	defer o.closeRelays(started)
+	if err != nil {
+		return err
+	}
+
+	// stop ends fetching; hard, ShutdownTimeout later, cancels what is still in flight.
+	stop := ctx
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	go func() {
+		<-stop.Done()
+		t := time.NewTimer(o.cfg.ShutdownTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancelHard()
+		case <-hard.Done():
+		}
+	}()
+
+	var wg sync.WaitGroup
+	owner := newOwner()
+	for _, name := range o.Outboxes() {
+		ob := o.outboxes[name]
+		ob.mu.Lock()
+		ob.workers = nil
+		for p := range ob.cfg.Partitions {
+			w := newWorker(o, ob, p, owner)
+			ob.workers = append(ob.workers, w)
+			wg.Go(func() { w.loop(stop, hard) })
+		}
+		ob.mu.Unlock()
+	}
+	if o.cfg.Notify {
+		wg.Go(func() { o.listen(stop) })
+	}
+	if o.needsPruner() {
+		wg.Go(func() { o.prune(stop) })
+	}
+	o.cfg.Logger.Info("outboxer: running", "outboxer", o.cfg.Name, "outboxes", len(o.outboxes), "owner", owner)
+	wg.Wait()
+	o.cfg.Logger.Info("outboxer: stopped", "outboxer", o.cfg.Name)
+	return nil
+}
+
+// prepareRun checks the partitions of every outbox and creates missing lease rows.
+func (o *Outboxer) prepareRun(ctx context.Context) error {
+	for _, name := range o.Outboxes() {
+		ob := o.outboxes[name]
+		if err := o.checkPartitions(ctx, ob); err != nil {
+			return err
+		}
+		if err := o.ensureLeases(ctx, ob, ob.cfg.Paused); err != nil {
+			return err
+		}
+		if ob.cfg.Paused {
+			if err := o.Pause(ctx, name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkPartitions refuses to start when pending messages sit in partitions the
+// configuration does not have, or the partition count changed while messages are pending.
+func (o *Outboxer) checkPartitions(ctx context.Context, ob *box) error {
+	n := ob.cfg.Partitions
+	var stray []int
+	err := queryRows(ctx, o.cfg.DB, ob.sql.PartitionsInUse, []any{ob.name, n}, func(scan func(...any) error) error {
+		var p int
+		if err := scan(&p); err != nil {
+			return err
+		}
+		stray = append(stray, p)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("outboxer: check partitions of %q: %w", ob.name, err)
+	}
+	var known int
+	if err := o.cfg.DB.QueryRowContext(ctx, ob.sql.CountLeases, ob.name).Scan(&known); err != nil {
+		return fmt.Errorf("outboxer: check partitions of %q: %w", ob.name, err)
+	}
+	changed := known > 0 && known != n
+	if changed && len(stray) == 0 {
+		c, err := o.Counts(ctx, ob.name)
+		if err != nil {
+			return err
+		}
+		changed = c.Pending > 0
+	}
+	if len(stray) == 0 && !changed {
+		if known > n {
+			// The count went down on an empty backlog: forget the partitions that are gone.
+			_, err := o.cfg.DB.ExecContext(ctx, ob.sql.DropLeasesFrom, ob.name, n)
+			return err
+		}
+		return nil
+	}
+	if !o.cfg.AllowRepartition {
+		return fmt.Errorf("%w: outbox %q is configured with %d partitions, but it was last run with %d and has pending messages (in partitions %v beyond the count): let it drain with the old count first (Counts shows Pending 0), or set AllowRepartition to move them and accept that order across the change is not kept",
+			ErrRepartitioned, ob.name, n, known, stray)
+	}
+	o.cfg.Logger.Warn("outboxer: partitions changed on a live backlog; order across the change is not kept", "outbox", ob.name, "partitions", n, "was", known)
+	if _, err := o.cfg.DB.ExecContext(ctx, ob.sql.MovePartitions, n, ob.name, n); err != nil {
+		return fmt.Errorf("outboxer: move partitions of %q: %w", ob.name, err)
+	}
+	_, err = o.cfg.DB.ExecContext(ctx, ob.sql.DropLeasesFrom, ob.name, n)
+	return err
+}
+
+func (o *Outboxer) startRelays(ctx context.Context) (started []Relay, err error) {
+	seen := map[Relay]bool{}
+	for _, name := range o.Outboxes() {
+		r := o.outboxes[name].cfg.Relay
+		if s, ok := r.(Starter); ok && !seen[r] {
+			seen[r] = true
+			if err := s.Start(ctx); err != nil {
+				return started, fmt.Errorf("outboxer: start relay of %q: %w", name, err)
+			}
+			started = append(started, r)
+		}
+	}
+	return started, nil
+}
+
+// closeRelays closes every distinct relay that is a Closer (started or not).
+func (o *Outboxer) closeRelays(_ []Relay) {
+	seen := map[Relay]bool{}
+	for _, name := range o.Outboxes() {
+		r := o.outboxes[name].cfg.Relay
+		if c, ok := r.(Closer); ok && !seen[r] {
+			seen[r] = true
+			if err := c.Close(); err != nil {
+				o.cfg.Logger.Warn("outboxer: close relay", "outbox", name, "err", err)
+			}
+		}
+	}
+}
+
+// loop runs a worker until stop is done.
+func (w *worker) loop(stop, hard context.Context) {
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(stop), 5*time.Second)
+		defer cancel()
+		w.release(ctx)
+	}()
+	wake := w.ob.wake[w.part]
+	failures := 0
+	var soon []time.Duration // re-checks after a publish in a transaction that may not have committed yet
+	for stop.Err() == nil {
+		if !w.held {
+			ok, err := w.acquire(stop)
+			if err != nil && stop.Err() == nil {
+				w.log.Warn("outboxer: cannot take partition", "err", err)
+			}
+			if !ok {
+				// Someone else has it, or the database is away: look again later.
+				if !sleep(stop, w.lease()/4) {
+					return
+				}
+				continue
+			}
+		}
+		n, err := w.step(stop, hard)
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			continue
+		case err != nil:
+			if stop.Err() != nil {
+				return
+			}
+			failures++
+			wait := min(time.Duration(failures)*100*time.Millisecond, 5*time.Second)
+			w.log.Warn("outboxer: batch failed", "err", err, "retry_in", wait)
+			if !sleep(stop, wait) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		if n >= w.ob.cfg.BatchSize {
+			continue // a full batch: more is likely waiting
+		}
+		if n > 0 {
+			soon = nil
+			continue // something came; look once more before sleeping
+		}
+		wait := w.ob.cfg.PollInterval
+		if len(soon) > 0 {
+			wait, soon = soon[0], soon[1:]
+		}
+		if until := w.nextUnblock(); until > 0 && until < wait {
+			wait = until
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-stop.Done():
+			t.Stop()
+			return
+		case k := <-wake:
+			t.Stop()
+			switch k {
+			case wakeSoon:
+				soon = []time.Duration{time.Millisecond, 4 * time.Millisecond, 16 * time.Millisecond, 64 * time.Millisecond}
+			case wakeRecheck:
+				w.checkedAt = time.Time{}
+				w.renewedAt = time.Time{} // read the paused flag now
+			}
+		case <-t.C:
+		}
+	}
+}
+
+// nextUnblock is how long until the earliest blocked group may move again (0: none).
+func (w *worker) nextUnblock() time.Duration {
+	var next time.Duration
+	now := time.Now()
+	for _, b := range w.blocked {
+		if d := b.until.Sub(now); d > 0 && (next == 0 || d < next) {
+			next = d
+		}
+	}
+	return next
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (o *Outboxer) needsPruner() bool {
+	for _, ob := range o.outboxes {
+		if ob.cfg.Retention.keep > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// prune removes delivered messages past their retention every PruneInterval.
+func (o *Outboxer) prune(ctx context.Context) {
+	for {
+		if !sleep(ctx, o.cfg.PruneInterval) {
+			return
+		}
+		for _, name := range o.Outboxes() {
+			if _, err := o.PruneNow(ctx, name); err != nil && ctx.Err() == nil {
+				o.cfg.Logger.Warn("outboxer: prune", "outbox", name, "err", err)
+			}
+		}
+	}
+}
+
+// PruneNow removes the delivered messages of an outbox that are past their retention
+// and returns how many. Run does it every Config.PruneInterval; it does nothing for an
+// outbox with retention Delete.
+func (o *Outboxer) PruneNow(ctx context.Context, outbox string) (int64, error) {
+	ob, err := o.outbox(outbox)
+	if err != nil {
+		return 0, err
+	}
+	keep := ob.cfg.Retention.keep
+	if keep <= 0 {
+		return 0, nil
+	}
+	var total int64
+	for {
+		res, err := o.cfg.DB.ExecContext(ctx, ob.sql.Prune, outbox, -keep.Microseconds())
+		if err != nil {
+			return total, fmt.Errorf("outboxer: prune %q: %w", outbox, err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+		if n < 5000 {
+			break
+		}
+	}
+	if total > 0 && o.cfg.Hooks.OnPrune != nil {
+		o.cfg.Hooks.OnPrune(PruneEvent{Name: o.cfg.Name, Outbox: outbox, Count: int(total)})
+	}
+	return total, nil
+}

@@ -1,0 +1,483 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"reflect"
+	"time"
+
+	"github.com/outboxer-go/outboxer/core/internal/dialect"
+)
+
+// worker delivers one partition of one outbox. At most one worker in the whole cluster
+// holds a partition's lease; only the holder fetches, and every confirmation is fenced
+// by the lease token in the same transaction.
+type worker struct {
+	o     *Outboxer
+	ob    *box
+	part  int
+	owner string
+	log   *slog.Logger
+
+	// The lease.
+	held      bool
+	token     int64
+	paused    bool
+	renewedAt time.Time // local clock, taken before the statement that renewed
+	until     time.Time // local clock: the lease is trusted until then
+
+	// blocked holds, per group, the ID from which the group must not be fetched (its
+	// message waits for a retry or is scheduled), and when that is expected to end.
+	blocked   map[string]block
+	checkedAt time.Time // last time blocked was checked against the table
+	forever   bool      // Drain: failed messages stay blocked for the rest of the call
+	relayName string
+	// hooks, when set, sees every confirmed outcome (Drain counts with it).
+	hooks func(outcome)
+}
+
+type block struct {
+	from  int64
+	until time.Time // local clock
+}
+
+// totalGroup stands for the whole partition in OrderTotal.
+const totalGroup = "\x00total"
+
+func newWorker(o *Outboxer, ob *box, part int, owner string) *worker {
+	return &worker{
+		o: o, ob: ob, part: part, owner: owner,
+		log:       o.cfg.Logger.With("outboxer", o.cfg.Name, "outbox", ob.name, "partition", part),
+		blocked:   map[string]block{},
+		relayName: relayName(ob.cfg.Relay),
+	}
+}
+
+func relayName(r Relay) string {
+	if r == nil {
+		return ""
+	}
+	return reflect.TypeOf(r).String()
+}
+
+// newOwner names a worker for the lease table: host, process and a random suffix, so two
+// runs never share a name.
+func newOwner() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+func (w *worker) lease() time.Duration { return w.o.cfg.LeaseDuration }
+
+// acquire tries to take the partition's lease. It reports whether it holds it.
+func (w *worker) acquire(ctx context.Context) (bool, error) {
+	s, db := w.ob.sql, w.o.cfg.DB
+	start := time.Now()
+	res, err := db.ExecContext(ctx, s.AcquireLease, w.owner, w.lease().Microseconds(), w.ob.name, w.part)
+	if err != nil {
+		return false, fmt.Errorf("acquire lease: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return false, nil
+	}
+	var paused bool
+	if err := db.QueryRowContext(ctx, s.ReadLease, w.ob.name, w.part, w.owner).Scan(&w.token, &paused); err != nil {
+		return false, fmt.Errorf("read lease: %w", err)
+	}
+	w.held, w.paused = true, paused
+	w.trust(start)
+	// A new owner knows nothing of the blocked groups; the first fetches find them.
+	clear(w.blocked)
+	w.log.Debug("outboxer: partition acquired", "token", w.token)
+	return true, nil
+}
+
+// trust records a renewal that started at start: the lease is trusted for less than its
+// duration, measured from before the statement ran.
+func (w *worker) trust(start time.Time) {
+	w.renewedAt = start
+	w.until = start.Add(w.lease() - w.lease()/5)
+}
+
+// renew extends the lease and reads the paused flag. A lost lease is ErrLeaseLost.
+func (w *worker) renew(ctx context.Context) error {
+	s, db := w.ob.sql, w.o.cfg.DB
+	start := time.Now()
+	res, err := db.ExecContext(ctx, s.RenewLease, w.lease().Microseconds(), w.ob.name, w.part, w.token)
+	if err != nil {
+		return fmt.Errorf("renew lease: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		w.lost()
+		return ErrLeaseLost
+	}
+	w.trust(start)
+	var token int64
+	if err := db.QueryRowContext(ctx, s.ReadLease, w.ob.name, w.part, w.owner).Scan(&token, &w.paused); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			w.lost()
+			return ErrLeaseLost
+		}
+		return fmt.Errorf("read lease: %w", err)
+	}
+	return nil
+}
+
+func (w *worker) lost() {
+	if w.held {
+		w.log.Warn("outboxer: partition lease lost to another owner", "token", w.token)
+	}
+	w.held = false
+}
+
+// release gives the lease up so another node can take the partition at once.
+func (w *worker) release(ctx context.Context) {
+	if !w.held {
+		return
+	}
+	w.held = false
+	if _, err := w.o.cfg.DB.ExecContext(ctx, w.ob.sql.ReleaseLease, w.ob.name, w.part, w.token); err != nil {
+		w.log.Warn("outboxer: release lease", "err", err)
+	}
+}
+
+// due reports whether the lease should be renewed before the next batch.
+func (w *worker) due() bool { return time.Since(w.renewedAt) >= w.lease()/4 }
+
+// group is the key that orders m in this outbox's ordering: "" for unordered.
+func (w *worker) group(e *Envelope) string {
+	switch w.ob.cfg.Ordering {
+	case OrderTotal:
+		return totalGroup
+	case OrderNone:
+		return ""
+	}
+	return e.GroupKey
+}
+
+// exclusions returns the blocked groups to leave out of the next fetch, dropping those
+// whose wait is over.
+func (w *worker) exclusions(now time.Time) []dialect.Exclusion {
+	var out []dialect.Exclusion
+	for g, b := range w.blocked {
+		if !w.forever && !now.Before(b.until) {
+			delete(w.blocked, g)
+			continue
+		}
+		if g == totalGroup {
+			g = ""
+		}
+		out = append(out, dialect.Exclusion{Group: g, From: b.from})
+	}
+	return out
+}
+
+// recheck drops blocks whose message is no longer pending and waiting (discarded,
+// delivered elsewhere, revived): the table is the truth, memory only a shortcut.
+func (w *worker) recheck(ctx context.Context) error {
+	w.checkedAt = time.Now()
+	if len(w.blocked) == 0 || w.forever {
+		return nil
+	}
+	ids := make([]int64, 0, len(w.blocked))
+	for _, b := range w.blocked {
+		ids = append(ids, b.from)
+	}
+	q, args := w.ob.sql.StillBlocking(ids)
+	still := map[int64]bool{}
+	err := queryRows(ctx, w.o.cfg.DB, q, args, func(scan func(...any) error) error {
+		var id int64
+		if err := scan(&id); err != nil {
+			return err
+		}
+		still[id] = true
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recheck blocked groups: %w", err)
+	}
+	for g, b := range w.blocked {
+		if !still[b.from] {
+			delete(w.blocked, g)
+		}
+	}
+	return nil
+}
+
+// fetch reads the next deliverable messages of the partition in ID order. Rows not yet
+// available block their group from their ID on.
+func (w *worker) fetch(ctx context.Context) (batch []Envelope, fetched int, err error) {
+	cfg := w.ob.cfg
+	now := time.Now()
+	q, args := w.ob.sql.Fetch(w.ob.name, w.part, cfg.BatchSize, w.mode(), w.exclusions(now))
+	blockedHere := map[string]bool{}
+	err = queryRows(ctx, w.o.cfg.DB, q, args, func(scan func(...any) error) error {
+		var (
+			ready bool
+			dbNow dbTime
+		)
+		e, err := scanEnvelope(scan, &ready, &dbNow)
+		if err != nil {
+			return err
+		}
+		fetched++
+		g := w.group(&e)
+		if g != "" && blockedHere[g] {
+			return nil
+		}
+		if !ready {
+			if g == "" {
+				return nil // unordered and not due yet: nothing waits for it
+			}
+			// Waiting for a retry or scheduled: its group waits too.
+			blockedHere[g] = true
+			w.blocked[g] = block{from: e.ID, until: now.Add(e.AvailableAt.Sub(dbNow.Time))}
+			return nil
+		}
+		batch = append(batch, e)
+		return nil
+	})
+	return batch, fetched, err
+}
+
+func (w *worker) mode() dialect.Mode {
+	switch w.ob.cfg.Ordering {
+	case OrderTotal:
+		return dialect.Total
+	case OrderNone:
+		return dialect.Unordered
+	}
+	return dialect.Grouped
+}
+
+// outcome is what a batch came to.
+type outcome struct {
+	delivered []int64
+	failed    []failure
+	dead      []failure
+	held      int // not delivered because an earlier message of their group failed
+}
+
+type failure struct {
+	env   *Envelope
+	err   error
+	delay time.Duration
+}
+
+// judge turns the relay's result into an outcome, walking the batch in order.
+func (w *worker) judge(batch []Envelope, err error) outcome {
+	var failed map[int64]error
+	var pf *PartialFailure
+	switch {
+	case err == nil:
+	case errors.As(err, &pf):
+		failed = pf.Failed
+	default:
+		failed = make(map[int64]error, len(batch))
+		for _, e := range batch {
+			failed[e.ID] = err
+		}
+	}
+	cfg := w.ob.cfg
+	var out outcome
+	stopped := map[string]bool{}
+	for i := range batch {
+		e := &batch[i]
+		g := w.group(e)
+		if g != "" && stopped[g] {
+			out.held++
+			continue
+		}
+		ferr, bad := failed[e.ID]
+		if !bad {
+			out.delivered = append(out.delivered, e.ID)
+			continue
+		}
+		if ferr == nil {
+			ferr = errors.New("failed (no reason given)")
+		}
+		attempts := e.Attempts + 1
+		if errors.Is(ferr, ErrPermanent) || (cfg.MaxAttempts > 0 && attempts >= cfg.MaxAttempts) {
+			out.dead = append(out.dead, failure{env: e, err: ferr})
+			continue
+		}
+		out.failed = append(out.failed, failure{env: e, err: ferr, delay: cfg.Backoff.Delay(attempts)})
+		if g != "" {
+			stopped[g] = true
+		}
+	}
+	return out
+}
+
+// errString bounds what is kept of an error.
+func errString(err error) string {
+	s := err.Error()
+	if len(s) > 2000 {
+		s = s[:2000]
+	}
+	return s
+}
+
+// confirm records an outcome in one transaction that first checks (and extends) the lease:
+// a worker that lost its partition changes nothing. With a TxRelay, deliver runs inside
+// that transaction, after the check.
+func (w *worker) confirm(ctx context.Context, deliverTx func(*sql.Tx) outcome) (outcome, error) {
+	s := w.ob.sql
+	start := time.Now()
+	tx, err := w.o.cfg.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return outcome{}, err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, s.FenceLease, w.lease().Microseconds(), w.ob.name, w.part, w.token)
+	if err != nil {
+		return outcome{}, fmt.Errorf("check lease: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		w.lost()
+		return outcome{}, ErrLeaseLost
+	}
+	out := deliverTx(tx)
+	if len(out.delivered) > 0 {
+		var q string
+		var args []any
+		if w.ob.cfg.Retention.keep > 0 {
+			q, args = s.MarkDelivered(out.delivered)
+		} else {
+			q, args = s.DeletePending(out.delivered)
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return outcome{}, fmt.Errorf("confirm delivered: %w", err)
+		}
+	}
+	for _, f := range out.failed {
+		if _, err := tx.ExecContext(ctx, s.FailMessage, errString(f.err), f.delay.Microseconds(), f.env.ID); err != nil {
+			return outcome{}, fmt.Errorf("record failure of %d: %w", f.env.ID, err)
+		}
+	}
+	for _, f := range out.dead {
+		if _, err := tx.ExecContext(ctx, s.KillMessage, errString(f.err), f.env.ID); err != nil {
+			return outcome{}, fmt.Errorf("record dead %d: %w", f.env.ID, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return outcome{}, fmt.Errorf("commit: %w", err)
+	}
+	w.trust(start)
+	return out, nil
+}
+
+// step fetches one batch, hands it to the relay and confirms it. It reports how many
+// messages it fetched (0: nothing to do now).
+func (w *worker) step(ctx, hard context.Context) (int, error) {
+	if w.due() {
+		if err := w.renew(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if time.Since(w.checkedAt) > w.ob.cfg.PollInterval*5 {
+		if err := w.recheck(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if w.paused {
+		return 0, nil
+	}
+	batch, fetched, err := w.fetch(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("fetch: %w", err)
+	}
+	if len(batch) == 0 {
+		// Rows that were read but not deliverable blocked their groups; look again at once.
+		return fetched, nil
+	}
+	hooks, name := &w.o.cfg.Hooks, w.o.cfg.Name
+	ev := BatchEvent{Name: name, Outbox: w.ob.name, Partition: w.part, Relay: w.relayName, Count: len(batch), Fetched: fetched}
+	if hooks.OnBatchStart != nil {
+		hooks.OnBatchStart(ev)
+	}
+	began := time.Now()
+
+	// The delivery ends before the lease could run out, and at the delivery timeout.
+	deadline := began.Add(w.ob.cfg.DeliveryTimeout)
+	if w.until.Before(deadline) {
+		deadline = w.until
+	}
+	dctx, cancel := context.WithDeadline(hard, deadline)
+	defer cancel()
+
+	var out outcome
+	if txr, ok := w.ob.cfg.Relay.(TxRelay); ok {
+		out, err = w.confirm(dctx, func(tx *sql.Tx) outcome {
+			return w.judge(batch, w.call(func() error { return txr.DeliverTx(dctx, tx, batch) }))
+		})
+	} else {
+		result := w.call(func() error { return w.ob.cfg.Relay.Deliver(dctx, batch) })
+		out = w.judge(batch, result)
+		// Confirm even after a cancelled delivery: what was delivered must be recorded.
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer ccancel()
+		out, err = w.confirm(cctx, func(*sql.Tx) outcome { return out })
+	}
+	ev.Duration = time.Since(began)
+	if err != nil {
+		ev.Err = err
+		if hooks.OnBatchException != nil {
+			hooks.OnBatchException(ev)
+		}
+		return fetched, fmt.Errorf("confirm batch: %w", err)
+	}
+	now := time.Now()
+	for _, f := range out.failed {
+		if g := w.group(f.env); g != "" {
+			until := now.Add(f.delay)
+			if w.forever {
+				until = now.Add(time.Hour)
+			}
+			w.blocked[g] = block{from: f.env.ID, until: until}
+		}
+	}
+	w.report(out)
+	if w.hooks != nil {
+		w.hooks(out)
+	}
+	ev.Delivered, ev.Failed, ev.Dead = len(out.delivered), len(out.failed), len(out.dead)
+	if hooks.OnBatchStop != nil {
+		hooks.OnBatchStop(ev)
+	}
+	return fetched, nil
+}
+
+// call runs a delivery, turning a panic into an error.
+func (w *worker) call(deliver func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("relay panicked: %v", r)
+		}
+	}()
+	return deliver()
+}
+
+func (w *worker) report(out outcome) {
+	hooks, name := &w.o.cfg.Hooks, w.o.cfg.Name
+	for _, f := range out.failed {
+		w.log.Info("outboxer: delivery failed, will retry", "id", f.env.ID, "attempt", f.env.Attempts+1, "retry_in", f.delay, "err", f.err)
+		if hooks.OnRetry != nil {
+			hooks.OnRetry(MessageEvent{Name: name, Outbox: w.ob.name, ID: f.env.ID, Type: f.env.Type, GroupKey: f.env.GroupKey, Attempt: f.env.Attempts + 1, Err: f.err})
+		}
+	}
+	for _, f := range out.dead {
+		w.log.Warn("outboxer: message dead", "id", f.env.ID, "attempt", f.env.Attempts+1, "err", f.err)
+		if hooks.OnDead != nil {
+			hooks.OnDead(MessageEvent{Name: name, Outbox: w.ob.name, ID: f.env.ID, Type: f.env.Type, GroupKey: f.env.GroupKey, Attempt: f.env.Attempts + 1, Err: f.err})
+		}
+	}
+}
