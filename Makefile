@@ -1,0 +1,46 @@
+# Every target runs over every module of the workspace (go.work), each on its own:
+# GOWORK=off, so a module builds only with what its own go.mod and go.sum say.
+MODULES := $(shell go list -m -f '{{.Dir}}' | sed "s|^$(CURDIR)|.|")
+export GOWORK := off
+# The core and its database tests also run under the race detector.
+RACE_MODULES := . ./dbtest
+GOTEST ?= go test
+TESTFLAGS ?= -count=1 -timeout 20m
+
+.PHONY: all build vet test race deps services tidy bench quickstart disruptive
+
+all: build vet test
+
+## test: everything a change must pass: build, vet, every module's tests, race on the core
+test: deps build vet
+	@set -e; for m in $(MODULES); do echo "== test $$m"; (cd $$m && $(GOTEST) $(TESTFLAGS) ./...); done
+	@$(MAKE) --no-print-directory race
+	@$(MAKE) --no-print-directory disruptive
+
+build:
+	@set -e; for m in $(MODULES); do echo "== build $$m"; (cd $$m && go build ./...); done
+
+vet:
+	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && go vet ./...); done
+
+race:
+	@set -e; for m in $(RACE_MODULES); do echo "== race $$m"; (cd $$m && $(GOTEST) -race $(TESTFLAGS) ./...); done
+
+## disruptive: tests that restart a database server; run alone, after the others
+disruptive:
+	@echo "== disruptive ./dbtest"; cd dbtest && OUTBOXER_DISRUPTIVE=1 $(GOTEST) $(TESTFLAGS) -run 'Restart' ./...
+
+## deps: services up, npm packages (the SQS emulator), Go modules
+deps: services
+	@if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; fi
+	@set -e; for m in $(MODULES); do (cd $$m && go mod download); done
+
+services:
+	@./scripts/services.sh
+
+## tidy: go mod tidy in every module (each on its own, as a user would build it)
+tidy:
+	@set -e; for m in $(MODULES); do echo "== tidy $$m"; (cd $$m && GOWORK=off go mod tidy); done
+
+quickstart:
+	go run ./examples/quickstart
