@@ -57,14 +57,26 @@ type Options struct {
 	// (see MessageUUID). Default core.DefaultTable. Set it when the outbox uses another
 	// table, so that two tables never give two messages the same UUID.
 	Table string
+	// Ordering must be the Ordering of the outbox the sink relays (core.OutboxConfig):
+	// it says what a failed message holds back. After a transient failure the sink
+	// publishes nothing more of the failed message's group in this batch (OrderGroup,
+	// the default), nothing more at all (OrderTotal), or carries on (OrderNone); the
+	// messages held back are named in the *core.PartialFailure with ErrEarlierFailed,
+	// and the engine holds them without counting an attempt. A permanent failure holds
+	// nothing back: the engine marks the message dead and its group moves on.
+	Ordering core.Ordering
+	// MaxPayloadBytes, when above 0, refuses a message with a longer payload with a
+	// permanent error instead of handing it to the publisher: set it to the broker's
+	// limit (RabbitMQ's max_message_size, NATS's max_payload) so that an oversized
+	// message goes dead at once instead of failing its group forever.
+	MaxPayloadBytes int
 	// PublishBatchSize is how many consecutive messages with the same topic the sink may
 	// hand to one Publish call. With the default, 1, every message is its own call and a
-	// failure is reported for exactly the message that failed and the ones after it.
-	// With more, a failed call fails its whole run (the publisher does not say which of
-	// its messages went out), so messages of that run that did go out are delivered
-	// again on the retry, with the same UUID. Larger runs save round trips on
-	// publishers that batch (AMQP transactions, Kafka); a PerMessagePublisher is always
-	// called with runs of this size and reports per message.
+	// failure is reported for exactly the message that failed. With more, a failed call
+	// fails its whole run (the publisher does not say which of its messages went out),
+	// so the messages of that run that did go out are delivered again on the retry, with
+	// the same UUIDs. Larger runs save round trips on publishers that batch; a
+	// PerMessagePublisher is called with runs of this size and reports per message.
 	PublishBatchSize int
 }
 
@@ -76,6 +88,8 @@ type Sink struct {
 	topicFunc func(core.Envelope) string
 	table     string
 	runSize   int
+	ordering  core.Ordering
+	maxBytes  int
 }
 
 var _ core.Relay = (*Sink)(nil)
@@ -88,6 +102,12 @@ func New(pub message.Publisher, opts Options) (*Sink, error) {
 	if opts.Topic == "" && opts.TopicFunc == nil {
 		return nil, fmt.Errorf("watermillsink: Options.Topic or Options.TopicFunc is required")
 	}
+	if opts.Ordering < core.OrderGroup || opts.Ordering > core.OrderNone {
+		return nil, fmt.Errorf("watermillsink: Options.Ordering is %v; want core.OrderGroup, OrderTotal or OrderNone", opts.Ordering)
+	}
+	if opts.MaxPayloadBytes < 0 {
+		return nil, fmt.Errorf("watermillsink: Options.MaxPayloadBytes is %d; it must be 0 (no limit) or more", opts.MaxPayloadBytes)
+	}
 	if opts.PublishBatchSize < 0 {
 		return nil, fmt.Errorf("watermillsink: Options.PublishBatchSize is %d; it must be 0 (default 1) or more", opts.PublishBatchSize)
 	}
@@ -97,6 +117,8 @@ func New(pub message.Publisher, opts Options) (*Sink, error) {
 		topicFunc: opts.TopicFunc,
 		table:     opts.Table,
 		runSize:   max(opts.PublishBatchSize, 1),
+		ordering:  opts.Ordering,
+		maxBytes:  opts.MaxPayloadBytes,
 	}
 	if s.table == "" {
 		s.table = core.DefaultTable
@@ -128,81 +150,113 @@ func (s *Sink) Message(env core.Envelope) *message.Message {
 // ErrNoTopic is the (permanent) failure of a message for which TopicFunc returned "".
 var ErrNoTopic = errors.New("watermillsink: no topic for message")
 
+// ErrTooLarge is the (permanent) failure of a message whose payload is over
+// Options.MaxPayloadBytes.
+var ErrTooLarge = errors.New("watermillsink: payload too large")
+
 // ErrEarlierFailed is the failure reported for a message that was not published because
-// a message before it in the batch failed. It is retryable.
-var ErrEarlierFailed = errors.New("watermillsink: not published: an earlier message of the batch failed")
+// an earlier message of its group (of the batch, with OrderTotal) failed. The engine
+// holds such a message back without counting an attempt.
+var ErrEarlierFailed = errors.New("watermillsink: not published: an earlier message of its group failed")
 
 // Deliver publishes batch in order, one message per Publish call (or runs of up to
-// PublishBatchSize). When a publish fails, the rest of the batch is not published and
-// the result is a *core.PartialFailure naming the failed message and every one after
-// it; with a PerMessagePublisher it names what the publisher reported. Deliver stops
-// when ctx is done; ctx also becomes each message's context, which publishers that do
-// network I/O honour.
+// PublishBatchSize). A message whose publish fails holds back the rest of its group
+// (see Options.Ordering); the result is then a *core.PartialFailure naming the failed
+// and the held-back messages. With a PerMessagePublisher it names what the publisher
+// reported. When ctx is done, nothing more is published; ctx is also each message's
+// context, which publishers that do network I/O honour.
 func (s *Sink) Deliver(ctx context.Context, batch []core.Envelope) error {
-	var failed map[int64]error
-	failFrom := func(i int, err error) {
-		if failed == nil {
-			failed = make(map[int64]error, len(batch)-i)
+	failed := map[int64]error{}
+	blocked := map[string]bool{}
+	group := func(env *core.Envelope) string {
+		switch s.ordering {
+		case core.OrderTotal:
+			return "\x00total"
+		case core.OrderNone:
+			return ""
 		}
-		failed[batch[i].ID] = err
-		for _, env := range batch[i+1:] {
-			if _, ok := failed[env.ID]; !ok {
-				failed[env.ID] = ErrEarlierFailed
-			}
+		return env.GroupKey
+	}
+	held := func(env *core.Envelope) bool { g := group(env); return g != "" && blocked[g] }
+	fail := func(env *core.Envelope, err error) {
+		failed[env.ID] = err
+		if g := group(env); g != "" && !errors.Is(err, core.ErrPermanent) {
+			blocked[g] = true
 		}
 	}
+	topics := make([]string, len(batch))
+	for i := range batch {
+		topics[i] = s.topicOf(batch[i])
+	}
 	for i := 0; i < len(batch); {
+		env := &batch[i]
+		if held(env) {
+			failed[env.ID] = ErrEarlierFailed
+			i++
+			continue
+		}
 		if err := ctx.Err(); err != nil {
-			failFrom(i, fmt.Errorf("watermillsink: %w", err))
+			for _, e := range batch[i:] {
+				if _, ok := failed[e.ID]; !ok {
+					failed[e.ID] = fmt.Errorf("watermillsink: not published: %w", err)
+				}
+			}
 			break
 		}
-		topic := s.topicOf(batch[i])
-		if topic == "" {
-			failFrom(i, core.Permanent(fmt.Errorf("%w %d", ErrNoTopic, batch[i].ID)))
-			break
+		if err := s.check(env, topics[i]); err != nil {
+			fail(env, err)
+			i++
+			continue
 		}
-		// A run: consecutive messages with the same topic, at most runSize.
+		// A run: consecutive publishable messages with the same topic, at most runSize.
 		j := i + 1
-		for j < len(batch) && j-i < s.runSize && s.topicOf(batch[j]) == topic {
+		for j < len(batch) && j-i < s.runSize && topics[j] == topics[i] && !held(&batch[j]) && s.check(&batch[j], topics[j]) == nil {
 			j++
 		}
-		msgs := make([]*message.Message, j-i)
-		for k := range msgs {
-			msgs[k] = s.Message(batch[i+k])
+		run := batch[i:j]
+		msgs := make([]*message.Message, len(run))
+		for k := range run {
+			msgs[k] = s.Message(run[k])
 			msgs[k].SetContext(ctx)
 		}
 		if s.each != nil {
-			errs := s.each.PublishEach(topic, msgs...)
-			if len(errs) == 0 || errors.Join(errs...) == nil {
-				i = j
-				continue
-			}
-			if len(errs) != len(msgs) {
-				failFrom(i, fmt.Errorf("watermillsink: publish to %q: publisher reported %d results for %d messages: %w",
-					topic, len(errs), len(msgs), errors.Join(errs...)))
-				break
-			}
-			// The publisher said which messages failed: the others of the run went out.
-			// Nothing after the run is published, so a group's order at the broker breaks
-			// at most within this run.
-			failed = make(map[int64]error, len(batch)-i)
-			for k, err := range errs {
-				if err != nil {
-					failed[batch[i+k].ID] = fmt.Errorf("watermillsink: publish to %q: %w", topic, err)
+			errs := s.each.PublishEach(topics[i], msgs...)
+			switch {
+			case len(errs) == 0:
+			case len(errs) != len(msgs):
+				err := fmt.Errorf("watermillsink: publish to %q: publisher reported %d results for %d messages: %w",
+					topics[i], len(errs), len(msgs), errors.Join(errs...))
+				for k := range run {
+					fail(&run[k], err)
+				}
+			default:
+				for k, err := range errs {
+					if err != nil {
+						fail(&run[k], fmt.Errorf("watermillsink: publish to %q: %w", topics[i], err))
+					}
 				}
 			}
-			if j < len(batch) {
-				failFrom(j, ErrEarlierFailed)
+		} else if err := s.pub.Publish(topics[i], msgs...); err != nil {
+			err = fmt.Errorf("watermillsink: publish to %q: %w", topics[i], err)
+			for k := range run {
+				fail(&run[k], err)
 			}
-			break
-		} else if err := s.pub.Publish(topic, msgs...); err != nil {
-			failFrom(i, fmt.Errorf("watermillsink: publish to %q: %w", topic, err))
-			break
 		}
 		i = j
 	}
-	if failed != nil {
+	if len(failed) > 0 {
 		return &core.PartialFailure{Failed: failed}
+	}
+	return nil
+}
+
+// check returns the permanent failure of a message that cannot be published.
+func (s *Sink) check(env *core.Envelope, topic string) error {
+	if topic == "" {
+		return core.Permanent(fmt.Errorf("%w %d", ErrNoTopic, env.ID))
+	}
+	if s.maxBytes > 0 && len(env.Payload) > s.maxBytes {
+		return core.Permanent(fmt.Errorf("%w: message %d has %d bytes, the limit is %d", ErrTooLarge, env.ID, len(env.Payload), s.maxBytes))
 	}
 	return nil
 }

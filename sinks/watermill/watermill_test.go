@@ -132,6 +132,8 @@ func TestNewValidatesOptions(t *testing.T) {
 		{"nil publisher", nil, watermillsink.Options{Topic: "x"}, "publisher is nil"},
 		{"no topic", pub, watermillsink.Options{}, "Options.Topic or Options.TopicFunc"},
 		{"negative batch", pub, watermillsink.Options{Topic: "x", PublishBatchSize: -1}, "Options.PublishBatchSize"},
+		{"negative size", pub, watermillsink.Options{Topic: "x", MaxPayloadBytes: -1}, "Options.MaxPayloadBytes"},
+		{"bad ordering", pub, watermillsink.Options{Topic: "x", Ordering: core.Ordering(7)}, "Options.Ordering"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := watermillsink.New(tc.pub, tc.opts)
@@ -239,22 +241,18 @@ func TestTopicFuncRoutesAndEmptyTopicFailsPermanently(t *testing.T) {
 	batch := envelopes(1, 20, 2)
 	err = sink.Deliver(context.Background(), batch)
 	pf := partial(t, err)
-	if ids := slices.Sorted(maps.Keys(pf.Failed)); !slices.Equal(ids, envIDs(batch[15:])) {
-		t.Fatalf("failed ids %v, want %v", ids, envIDs(batch[15:]))
+	// A permanent failure holds nothing back: the engine marks 16 dead, its group goes on.
+	if ids := slices.Sorted(maps.Keys(pf.Failed)); !slices.Equal(ids, []int64{16}) {
+		t.Fatalf("failed ids %v, want [16]", ids)
 	}
 	if e := pf.Failed[16]; !errors.Is(e, watermillsink.ErrNoTopic) || !errors.Is(e, core.ErrPermanent) {
 		t.Errorf("failure of 16 = %v, want ErrNoTopic and permanent", e)
 	}
-	for _, id := range envIDs(batch[16:]) {
-		if e := pf.Failed[id]; !errors.Is(e, watermillsink.ErrEarlierFailed) || errors.Is(e, core.ErrPermanent) {
-			t.Errorf("failure of %d = %v, want ErrEarlierFailed, retryable", id, e)
-		}
-	}
 	gotEven, gotOdd := idsOf(even.got()), idsOf(odd.got())
-	if want := []int64{2, 4, 6, 8, 10, 12, 14}; !slices.Equal(gotEven, want) {
+	if want := []int64{2, 4, 6, 8, 10, 12, 14, 18, 20}; !slices.Equal(gotEven, want) {
 		t.Errorf("even topic got %v, want %v", gotEven, want)
 	}
-	if want := []int64{1, 3, 5, 7, 9, 11, 13, 15}; !slices.Equal(gotOdd, want) {
+	if want := []int64{1, 3, 5, 7, 9, 11, 13, 15, 17, 19}; !slices.Equal(gotOdd, want) {
 		t.Errorf("odd topic got %v, want %v", gotOdd, want)
 	}
 }
@@ -349,15 +347,19 @@ func TestPerMessagePublisherFailuresAreMappedExactly(t *testing.T) {
 	batch := envelopes(1, 25, 5)
 	batch[13].Payload = make([]byte, 100) // in the second run (11..20)
 	pf := partial(t, sink.Deliver(context.Background(), batch))
-	want := append([]int64{14}, envIDs(batch[20:])...)
-	if ids := slices.Sorted(maps.Keys(pf.Failed)); !slices.Equal(ids, want) {
-		t.Fatalf("failed ids %v, want %v", ids, want)
+	// 14 (group g4) fails; the rest of its run had gone out already; 24, the next of g4,
+	// is held back; everything else is published, in runs around it.
+	if ids := slices.Sorted(maps.Keys(pf.Failed)); !slices.Equal(ids, []int64{14, 24}) {
+		t.Fatalf("failed ids %v, want [14 24]", ids)
 	}
-	if pub.calls != 2 {
-		t.Errorf("PublishEach called %d times, want 2 (nothing after the failed run)", pub.calls)
+	if !errors.Is(pf.Failed[24], watermillsink.ErrEarlierFailed) || errors.Is(pf.Failed[14], watermillsink.ErrEarlierFailed) {
+		t.Errorf("failures: 14: %v, 24: %v", pf.Failed[14], pf.Failed[24])
+	}
+	if pub.calls != 4 {
+		t.Errorf("PublishEach called %d times, want 4 (1-10, 11-20, 21-23, 25)", pub.calls)
 	}
 	got := idsOf(ch.got())
-	wantGot := slices.DeleteFunc(envIDs(batch[:20]), func(id int64) bool { return id == 14 })
+	wantGot := slices.DeleteFunc(envIDs(batch), func(id int64) bool { return id == 14 || id == 24 })
 	if !slices.Equal(got, wantGot) {
 		t.Fatalf("subscriber got %v, want %v", got, wantGot)
 	}
@@ -367,12 +369,16 @@ func TestDeliverStopsWhenContextIsDone(t *testing.T) {
 	pubsub := newGoChannel(t)
 	ch := collect(t, pubsub, "orders")
 	ctx, cancel := context.WithCancel(context.Background())
-	sink, err := watermillsink.New(pubsub, watermillsink.Options{TopicFunc: func(env core.Envelope) string {
-		if env.ID == 5 {
-			cancel() // the deadline passes while message 5 is being prepared
+	defer cancel()
+	n := 0
+	pub := publisherFunc(func(topic string, msgs ...*message.Message) error {
+		err := pubsub.Publish(topic, msgs...)
+		if n += len(msgs); n == 5 {
+			cancel() // the deadline passes while message 5 is being published
 		}
-		return "orders"
-	}})
+		return err
+	})
+	sink, err := watermillsink.New(pub, watermillsink.Options{Topic: "orders"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,5 +392,62 @@ func TestDeliverStopsWhenContextIsDone(t *testing.T) {
 	}
 	if got := idsOf(ch.got()); !slices.Equal(got, []int64{1, 2, 3, 4, 5}) {
 		t.Fatalf("subscriber got %v", got)
+	}
+}
+
+// refuse returns a publisher that refuses every call carrying one of the ids, the way a
+// broker refuses a message, and publishes the others to pub.
+func refuse(pub message.Publisher, ids ...int64) message.Publisher {
+	return publisherFunc(func(topic string, msgs ...*message.Message) error {
+		for _, id := range idsOf(msgs) {
+			if slices.Contains(ids, id) {
+				return fmt.Errorf("broker refused message %d", id)
+			}
+		}
+		return pub.Publish(topic, msgs...)
+	})
+}
+
+func TestFailureHoldsBackWhatTheOrderingSays(t *testing.T) {
+	for _, tc := range []struct {
+		ordering core.Ordering
+		failed   []int64
+	}{
+		{core.OrderGroup, []int64{6, 10, 14, 18}}, // 6's group g2 (IDs ≡ 2 mod 4)
+		{core.OrderTotal, []int64{6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}},
+		{core.OrderNone, []int64{6}},
+	} {
+		t.Run(tc.ordering.String(), func(t *testing.T) {
+			pubsub := newGoChannel(t)
+			ch := collect(t, pubsub, "orders")
+			sink, err := watermillsink.New(refuse(pubsub, 6), watermillsink.Options{
+				Topic: "orders", Ordering: tc.ordering, MaxPayloadBytes: 64,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch := envelopes(1, 20, 4)
+			batch[2].Payload = make([]byte, 65) // 3: too large, permanent: holds nothing back
+			pf := partial(t, sink.Deliver(context.Background(), batch))
+			want := slices.Sorted(slices.Values(append([]int64{3}, tc.failed...)))
+			if ids := slices.Sorted(maps.Keys(pf.Failed)); !slices.Equal(ids, want) {
+				t.Fatalf("failed ids %v, want %v", ids, want)
+			}
+			if e := pf.Failed[3]; !errors.Is(e, watermillsink.ErrTooLarge) || !errors.Is(e, core.ErrPermanent) {
+				t.Errorf("failure of 3 = %v, want ErrTooLarge, permanent", e)
+			}
+			if e := pf.Failed[6]; errors.Is(e, core.ErrPermanent) || errors.Is(e, watermillsink.ErrEarlierFailed) {
+				t.Errorf("failure of 6 = %v, want the broker's, retryable", e)
+			}
+			for _, id := range tc.failed[1:] {
+				if !errors.Is(pf.Failed[id], watermillsink.ErrEarlierFailed) {
+					t.Errorf("failure of %d = %v, want ErrEarlierFailed", id, pf.Failed[id])
+				}
+			}
+			wantGot := slices.DeleteFunc(envIDs(batch), func(id int64) bool { return slices.Contains(want, id) })
+			if got := idsOf(ch.got()); !slices.Equal(got, wantGot) {
+				t.Fatalf("subscriber got %v, want %v", got, wantGot)
+			}
+		})
 	}
 }

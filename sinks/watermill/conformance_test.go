@@ -1,0 +1,117 @@
+package watermillsink_test
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/outboxer-go/outboxer/sinktest"
+	watermillsink "github.com/outboxer-go/outboxer/sinks/watermill"
+)
+
+// TestConformance runs the sink conformance suite on a real RabbitMQ: each case gets a
+// queue of its own, a publisher waiting for the broker's confirmations, and a real
+// subscriber reading the queue back.
+func TestConformance(t *testing.T) {
+	const maxBytes = 256 << 10
+	requireRabbitMQ(t)
+	sinktest.Run(t, sinktest.Harness{
+		New: func(t *testing.T) *sinktest.Target {
+			q := newRabbitQueue(t)
+			var refuse atomic.Int64
+			pub := publisherFunc(func(topic string, msgs ...*message.Message) error {
+				if refuse.Add(-1) >= 0 {
+					return errors.New("broker refused the publish (injected)")
+				}
+				refuse.Store(0)
+				return q.pub.Publish(topic, msgs...)
+			})
+			sink, err := watermillsink.New(pub, watermillsink.Options{Topic: q.name, MaxPayloadBytes: maxBytes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := newQueueReader(t, q)
+			return &sinktest.Target{
+				Relay:    sink,
+				Read:     r.read,
+				FailNext: func(n int) { refuse.Store(int64(n)) },
+			}
+		},
+		MaxMessageBytes: maxBytes,
+		Parallel:        true,
+	})
+}
+
+// queueReader keeps every message of a queue, in arrival order.
+type queueReader struct {
+	mu     sync.Mutex
+	got    []sinktest.Received
+	notify chan struct{} // closed and replaced when a message arrives
+}
+
+func newQueueReader(t *testing.T, q *rabbitQueue) *queueReader {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := q.sub.Subscribe(ctx, q.name)
+	if err != nil {
+		cancel()
+		t.Fatalf("subscribe: %v", err)
+	}
+	r := &queueReader{notify: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for msg := range ch {
+			rec := decode(msg)
+			msg.Ack()
+			r.mu.Lock()
+			r.got = append(r.got, rec)
+			close(r.notify)
+			r.notify = make(chan struct{})
+			r.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return r
+}
+
+func (r *queueReader) read(ctx context.Context, n int) ([]sinktest.Received, error) {
+	for {
+		r.mu.Lock()
+		got, notify := append([]sinktest.Received(nil), r.got...), r.notify
+		r.mu.Unlock()
+		if len(got) >= n {
+			return got, nil
+		}
+		select {
+		case <-notify:
+		case <-ctx.Done():
+			return got, ctx.Err()
+		}
+	}
+}
+
+// decode turns a message back into the envelope fields it carries.
+func decode(msg *message.Message) sinktest.Received {
+	id, _ := strconv.ParseInt(msg.Metadata.Get(watermillsink.MetadataID), 10, 64)
+	headers := maps.Clone(map[string]string(msg.Metadata))
+	for _, k := range []string{watermillsink.MetadataID, watermillsink.MetadataOutbox, watermillsink.MetadataType, watermillsink.MetadataGroupKey} {
+		delete(headers, k)
+	}
+	return sinktest.Received{
+		ID:       id,
+		Outbox:   msg.Metadata.Get(watermillsink.MetadataOutbox),
+		Type:     msg.Metadata.Get(watermillsink.MetadataType),
+		GroupKey: msg.Metadata.Get(watermillsink.MetadataGroupKey),
+		Payload:  msg.Payload,
+		Headers:  headers,
+	}
+}
