@@ -11,8 +11,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/outboxer-go/outboxer/sinktest"
 	watermillsink "github.com/outboxer-go/outboxer/sinks/watermill"
+	"github.com/outboxer-go/outboxer/sinktest"
 )
 
 // TestConformance runs the sink conformance suite on a real RabbitMQ: each case gets a
