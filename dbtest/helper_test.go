@@ -1,0 +1,5 @@
+package dbtest_test
+
+const helperEnv = "OUTBOXER_TEST_HELPER"
+
+func runHelper(string) int { return 2 }
