@@ -1,0 +1,30 @@
+// Package kafka is an Outboxer relay that writes messages to Apache Kafka with franz-go.
+//
+// Each message becomes one record:
+//
+//   - the record key is the message's group key (none for unordered messages), so a
+//     group's messages land in one partition and keep their order there;
+//   - the value is the payload, as stored;
+//   - the headers are the message's own headers (sorted by name), then HeaderID
+//     ("outboxer-id", the envelope ID in decimal), HeaderType ("outboxer-type") and
+//     HeaderOutbox ("outboxer-outbox"). A message header with one of these names is
+//     dropped. Consumers deduplicate on outboxer-id: delivery is at least once;
+//   - the topic is Config.Topic, or Config.TopicFunc's choice per message.
+//
+// The relay builds its client with the idempotent producer and acks from every in-sync
+// replica (Acks, Compression and Linger are configurable and validated by New), or uses
+// a client you built (Config.Client).
+//
+// # Results
+//
+// Deliver waits for every record's result. A record Kafka refused is named in a
+// *core.PartialFailure, and so is every later message of its group in the batch: the
+// relay does not send them, so a group never overtakes its own failed message. Errors
+// retrying cannot fix (a record larger than MaxRecordBytes, which is refused before
+// sending; MESSAGE_TOO_LARGE, INVALID_RECORD or an invalid topic from Kafka; no topic
+// from TopicFunc) are wrapped with core.Permanent, so the message goes dead at once
+// instead of holding back its group forever.
+//
+// Kafka's own transient errors (leader changes, replicas catching up) are retried inside
+// the client, in order, until the delivery's context ends.
+package kafka
