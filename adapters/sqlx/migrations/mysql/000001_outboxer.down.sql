@@ -1,0 +1,6 @@
+DROP TABLE IF EXISTS `outboxer_messages_leases`;
+
+DROP TABLE IF EXISTS `outboxer_messages`;
+
+DROP TABLE IF EXISTS `outboxer_messages_locks`;
+
