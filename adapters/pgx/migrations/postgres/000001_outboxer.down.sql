@@ -1,0 +1,4 @@
+DROP TABLE IF EXISTS "outboxer_messages_leases";
+
+DROP TABLE IF EXISTS "outboxer_messages";
+
