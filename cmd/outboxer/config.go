@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -54,15 +53,33 @@ type outboxConfig struct {
 type sinkConfig struct {
 	Type string `yaml:"type" toml:"type"`
 
-	// amqp (Watermill AMQP on RabbitMQ), kafka
-	URL     string   `yaml:"url" toml:"url"`
-	Brokers []string `yaml:"brokers" toml:"brokers"`
-	Topic   string   `yaml:"topic" toml:"topic"`
+	// amqp: the broker's URL; river: another PostgreSQL database holding River's tables.
+	URL string `yaml:"url" toml:"url"`
+	// amqp, kafka: where the messages go (amqp: the queue, or the exchange with fanout).
+	Topic string `yaml:"topic" toml:"topic"`
 	// amqp: "queue" (a queue named Topic on the default exchange; the default) or
 	// "fanout" (a fanout exchange named Topic).
 	Mode string `yaml:"mode" toml:"mode"`
 	// amqp: durable queues or exchanges and persistent messages (default true).
 	Durable *bool `yaml:"durable" toml:"durable"`
+
+	// kafka
+	Brokers     []string `yaml:"brokers" toml:"brokers"`
+	Compression string   `yaml:"compression" toml:"compression"` // none, snappy (default), lz4, zstd, gzip
+	Acks        string   `yaml:"acks" toml:"acks"`               // all (default) or leader
+
+	// sqs
+	QueueURL       string `yaml:"queue_url" toml:"queue_url"`
+	Region         string `yaml:"region" toml:"region"`
+	Endpoint       string `yaml:"endpoint" toml:"endpoint"`
+	AllowUnordered bool   `yaml:"allow_unordered" toml:"allow_unordered"`
+
+	// river
+	Queue       string `yaml:"queue" toml:"queue"`
+	Kind        string `yaml:"kind" toml:"kind"`
+	Priority    int    `yaml:"priority" toml:"priority"`
+	MaxAttempts int    `yaml:"max_attempts" toml:"max_attempts"`
+	Schema      string `yaml:"schema" toml:"schema"`
 }
 
 // loadConfig reads a YAML (.yaml, .yml) or TOML (.toml) file, refusing unknown keys.
@@ -110,14 +127,14 @@ func expandEnv(field, s string) (string, error) {
 	return out, nil
 }
 
-// sinkTypes are the sink types this build supports, with what each needs.
-var sinkTypes = map[string]string{
-	"amqp":   "Watermill AMQP on RabbitMQ: url, topic, mode (queue|fanout), durable",
-	"stdout": "one JSON line per message on standard output, for trying out pipelines and for tests",
+// sinkTypes are the sink types, with the fields each takes.
+var sinkTypes = map[string][]string{
+	"amqp":   {"url", "topic", "mode", "durable"},
+	"kafka":  {"brokers", "topic", "compression", "acks"},
+	"sqs":    {"queue_url", "region", "endpoint", "allow_unordered"},
+	"river":  {"queue", "kind", "priority", "max_attempts", "url", "schema"},
+	"stdout": {},
 }
-
-// notYet are the sink types of the project that this build does not include yet.
-var notYet = []string{"kafka", "sqs", "river"}
 
 func supportedSinks() string {
 	names := make([]string, 0, len(sinkTypes))
@@ -189,38 +206,60 @@ func (s *sinkConfig) validate(field string) error {
 	}
 	s.Type = t
 	if t == "" {
-		return usagef("%s.type is required (supported: %s)", field, supportedSinks())
+		return usagef("%s.type is required (one of %s)", field, supportedSinks())
 	}
-	if _, ok := sinkTypes[t]; !ok {
-		if slices.Contains(notYet, t) {
-			return usagef("%s.type %q is not supported by this build of outboxer yet (supported: %s)", field, s.Type, supportedSinks())
+	allowed, ok := sinkTypes[t]
+	if !ok {
+		return usagef("%s.type %q is not supported (supported: %s)", field, s.Type, supportedSinks())
+	}
+	set := map[string]bool{
+		"url": s.URL != "", "topic": s.Topic != "", "mode": s.Mode != "", "durable": s.Durable != nil,
+		"brokers": len(s.Brokers) > 0, "compression": s.Compression != "", "acks": s.Acks != "",
+		"queue_url": s.QueueURL != "", "region": s.Region != "", "endpoint": s.Endpoint != "", "allow_unordered": s.AllowUnordered,
+		"queue": s.Queue != "", "kind": s.Kind != "", "priority": s.Priority != 0, "max_attempts": s.MaxAttempts != 0, "schema": s.Schema != "",
+	}
+	for _, name := range slices.Sorted(mapKeys(set)) {
+		if set[name] && !slices.Contains(allowed, name) {
+			return usagef("%s.%s does not apply to sink type %s (it takes: %s)", field, name, t, strings.Join(allowed, ", "))
 		}
-		return usagef("%s.type %q is unknown (supported: %s)", field, s.Type, supportedSinks())
 	}
-	unused := func(name string, set bool) error {
-		if set {
-			return usagef("%s.%s does not apply to sink type %s", field, name, t)
+	need := func(names ...string) error {
+		for _, n := range names {
+			if !set[n] {
+				return usagef("%s: sink type %s needs %s", field, t, n)
+			}
 		}
 		return nil
 	}
 	var err error
+	expand := func(name string, v *string) {
+		if err == nil && *v != "" {
+			*v, err = expandEnv(field+"."+name, *v)
+		}
+	}
+	expand("url", &s.URL)
+	expand("queue_url", &s.QueueURL)
+	expand("endpoint", &s.Endpoint)
+	if err != nil {
+		return err
+	}
 	switch t {
 	case "amqp":
-		if s.URL == "" || s.Topic == "" {
-			return usagef("%s: sink type amqp needs url and topic", field)
-		}
-		if s.URL, err = expandEnv(field+".url", s.URL); err != nil {
-			return err
-		}
-		switch s.Mode {
-		case "", "queue", "fanout":
-		default:
+		if s.Mode != "" && s.Mode != "queue" && s.Mode != "fanout" {
 			return usagef("%s.mode %q is not one of queue, fanout", field, s.Mode)
 		}
-		return unused("brokers", len(s.Brokers) > 0)
-	case "stdout":
-		return errors.Join(unused("url", s.URL != ""), unused("brokers", len(s.Brokers) > 0),
-			unused("topic", s.Topic != ""), unused("mode", s.Mode != ""), unused("durable", s.Durable != nil))
+		return need("url", "topic")
+	case "kafka":
+		if s.Acks != "" && s.Acks != "all" && s.Acks != "leader" {
+			return usagef("%s.acks %q is not one of all, leader", field, s.Acks)
+		}
+		return need("brokers", "topic")
+	case "sqs":
+		return need("queue_url")
+	case "river":
+		if s.Schema != "" && !identRE.MatchString(s.Schema) {
+			return usagef("%s.schema %q is not a valid name", field, s.Schema)
+		}
 	}
-	return fmt.Errorf("sink type %s has no validation", t)
+	return nil
 }

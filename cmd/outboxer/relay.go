@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,7 +18,15 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
+
 	"github.com/outboxer-go/outboxer/core"
+	kafkasink "github.com/outboxer-go/outboxer/sinks/kafka"
+	riversink "github.com/outboxer-go/outboxer/sinks/river"
+	sqssink "github.com/outboxer-go/outboxer/sinks/sqs"
 	watermillsink "github.com/outboxer-go/outboxer/sinks/watermill"
 )
 
@@ -105,11 +113,10 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	defer sinks.Close()
 	for _, name := range slices.Sorted(mapKeys(rc.Outboxes)) {
 		oc := cfg.Outboxes[name]
-		table := oc.Table
-		if table == "" {
-			table = cfg.Table
+		if oc.Table == "" {
+			oc.Table = cfg.Table
 		}
-		r, err := sinks.build(rc.Outboxes[name].Sink, table, logger)
+		r, err := sinks.build(ctx, rc.Outboxes[name].Sink, oc, t.dialect, logger)
 		if err != nil {
 			return fmt.Errorf("outbox %q: %w", name, err)
 		}
@@ -183,7 +190,7 @@ func (s *sinkSet) Close() error {
 	return errors.Join(errs...)
 }
 
-func (s *sinkSet) build(sc sinkConfig, table string, logger *slog.Logger) (core.Relay, error) {
+func (s *sinkSet) build(ctx context.Context, sc sinkConfig, oc core.OutboxConfig, d core.Dialect, logger *slog.Logger) (core.Relay, error) {
 	switch sc.Type {
 	case "amqp":
 		durable := sc.Durable == nil || *sc.Durable
@@ -205,7 +212,64 @@ func (s *sinkSet) build(sc sinkConfig, table string, logger *slog.Logger) (core.
 			return nil, fmt.Errorf("connect to RabbitMQ: %w", err)
 		}
 		s.closers = append(s.closers, pub.Close)
-		return watermillsink.New(pub, watermillsink.Options{Topic: sc.Topic, Table: table})
+		return watermillsink.New(pub, watermillsink.Options{Topic: sc.Topic, Table: oc.Table})
+	case "kafka":
+		cfg := kafkasink.Config{Brokers: sc.Brokers, Topic: sc.Topic, Compression: kafkasink.Compression(sc.Compression)}
+		if sc.Acks == "leader" {
+			cfg.Acks = kafkasink.AcksLeader
+		}
+		r, err := kafkasink.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return r, nil // a Closer: Run closes it
+	case "sqs":
+		awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("AWS configuration: %w", err)
+		}
+		client := sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
+			if sc.Region != "" {
+				o.Region = sc.Region
+			}
+			if sc.Endpoint != "" {
+				o.BaseEndpoint = &sc.Endpoint
+			}
+		})
+		return sqssink.New(sqssink.Config{Client: client, QueueURL: sc.QueueURL, Ordering: oc.Ordering,
+			AllowUnordered: sc.AllowUnordered, Table: oc.Table, Logger: logger})
+	case "river":
+		opts := riversink.Options{
+			Kind:       sc.Kind,
+			InsertOpts: river.InsertOpts{Queue: sc.Queue, Priority: sc.Priority, MaxAttempts: sc.MaxAttempts},
+			Table:      oc.Table,
+			Ordering:   oc.Ordering,
+		}
+		if sc.URL == "" {
+			// River's tables are in the outbox's database: jobs are inserted in the
+			// transaction that removes the rows, exactly once.
+			if d != core.Postgres {
+				return nil, fmt.Errorf("sink type river needs PostgreSQL: set url to River's PostgreSQL database")
+			}
+			client, err := river.NewClient(riverdatabasesql.New(nil), &river.Config{Schema: sc.Schema})
+			if err != nil {
+				return nil, fmt.Errorf("river client: %w", err)
+			}
+			return riversink.NewTx(client, opts)
+		}
+		if t, err := parseDSN(sc.URL); err != nil || t.dialect != core.Postgres {
+			return nil, fmt.Errorf("sink url: want River's postgres:// database")
+		}
+		rdb, _, err := open(ctx, sc.URL, false)
+		if err != nil {
+			return nil, fmt.Errorf("River's database: %w", err)
+		}
+		s.closers = append(s.closers, rdb.Close)
+		client, err := river.NewClient(riverdatabasesql.New(rdb), &river.Config{Schema: sc.Schema})
+		if err != nil {
+			return nil, fmt.Errorf("river client: %w", err)
+		}
+		return riversink.New(client, opts)
 	case "stdout":
 		return core.RelayFunc(s.deliverStdout), nil
 	}
