@@ -235,8 +235,8 @@ type OutboxConfig struct {
 	// transactions writing to one group commit in ID order. PostgreSQL and MariaDB; a no-op
 	// on SQLite, which has a single writer.
 	SerializeWrites bool
-	// DeliveryTimeout bounds one call to the relay. Default 10 s; at most half of
-	// Config.LeaseDuration. It is also cut short when the worker's lease could run out.
+	// DeliveryTimeout bounds one call to the relay. Default 10 s, or half of
+	// Config.LeaseDuration when that is shorter; at most half of Config.LeaseDuration. It is also cut short when the worker's lease could run out.
 	DeliveryTimeout time.Duration
 	// Paused starts the outbox paused on every node, as Pause does.
 	Paused bool
@@ -268,7 +268,7 @@ func (c *Config) withDefaults() Config {
 		ob.Partitions = orDefault(ob.Partitions, DefaultPartitions)
 		ob.BatchSize = orDefault(ob.BatchSize, DefaultBatchSize)
 		ob.PollInterval = orDefault(ob.PollInterval, DefaultPollInterval)
-		ob.DeliveryTimeout = orDefault(ob.DeliveryTimeout, DefaultDeliveryTimeout)
+		ob.DeliveryTimeout = orDefault(ob.DeliveryTimeout, min(DefaultDeliveryTimeout, cfg.LeaseDuration/2))
 		if ob.Backoff.Func == nil {
 			ob.Backoff.Min = orDefault(ob.Backoff.Min, DefaultBackoffMin)
 			ob.Backoff.Max = orDefault(ob.Backoff.Max, max(DefaultBackoffMax, ob.Backoff.Min))

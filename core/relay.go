@@ -56,7 +56,8 @@ type Closer interface {
 // PartialFailure is the error a Relay returns when some messages of a batch were
 // delivered and others were not. Failed maps the ID of each undelivered message to why.
 // Every message of the batch not named in Failed counts as delivered, except that a
-// message after a failed one of the same group is never counted delivered.
+// message after a failed one of the same group (in OrderTotal, after any failed one) is
+// never counted delivered: it stays pending and goes again, in order, in a later batch.
 type PartialFailure struct {
 	Failed map[int64]error
 }
@@ -84,6 +85,11 @@ func (e *PartialFailure) Unwrap() []error {
 	}
 	return errs
 }
+
+// ErrHeldBack, named for a message in a PartialFailure, says the relay did not try it
+// (it held it back behind another failure). The message stays pending with no attempt
+// counted, and so do the later messages of its group in the batch.
+var ErrHeldBack = errors.New("held back")
 
 // ErrPermanent marks an error that retrying cannot fix (a message too large for the
 // broker, a payload it rejects). Test with errors.Is.

@@ -37,6 +37,7 @@ type worker struct {
 	blocked   map[string]block
 	checkedAt time.Time // last time blocked was checked against the table
 	forever   bool      // Drain: failed messages stay blocked for the rest of the call
+	skip      []int64   // Drain: unordered messages that failed during the call
 	relayName string
 	// hooks, when set, sees every confirmed outcome (Drain counts with it).
 	hooks func(outcome)
@@ -79,6 +80,12 @@ func (w *worker) lease() time.Duration { return w.o.cfg.LeaseDuration }
 
 // acquire tries to take the partition's lease. It reports whether it holds it.
 func (w *worker) acquire(ctx context.Context) (bool, error) {
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	// Taking a lease is not cut short halfway: the worker must know whether it holds it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	s, db := w.ob.sql, w.o.cfg.DB
 	start := time.Now()
 	res, err := db.ExecContext(ctx, s.AcquireLease, w.owner, w.lease().Microseconds(), w.ob.name, w.part)
@@ -139,12 +146,11 @@ func (w *worker) lost() {
 }
 
 // release gives the lease up so another node can take the partition at once.
+// It matches the lease by owner, not by the token this worker knows: a statement that
+// took the lease just as the context ended may have gone through unseen.
 func (w *worker) release(ctx context.Context) {
-	if !w.held {
-		return
-	}
 	w.held = false
-	if _, err := w.o.cfg.DB.ExecContext(ctx, w.ob.sql.ReleaseLease, w.ob.name, w.part, w.token); err != nil {
+	if _, err := w.o.cfg.DB.ExecContext(ctx, w.ob.sql.ReleaseLease, w.ob.name, w.part, w.owner); err != nil {
 		w.log.Warn("outboxer: release lease", "err", err)
 	}
 }
@@ -217,7 +223,7 @@ func (w *worker) recheck(ctx context.Context) error {
 func (w *worker) fetch(ctx context.Context) (batch []Envelope, fetched int, err error) {
 	cfg := w.ob.cfg
 	now := time.Now()
-	q, args := w.ob.sql.Fetch(w.ob.name, w.part, cfg.BatchSize, w.mode(), w.exclusions(now))
+	q, args := w.ob.sql.Fetch(w.ob.name, w.part, cfg.BatchSize, w.mode(), w.exclusions(now), w.skip)
 	blockedHere := map[string]bool{}
 	err = queryRows(ctx, w.o.cfg.DB, q, args, func(scan func(...any) error) error {
 		var (
@@ -304,15 +310,24 @@ func (w *worker) judge(batch []Envelope, err error) outcome {
 		if ferr == nil {
 			ferr = errors.New("failed (no reason given)")
 		}
+		if errors.Is(ferr, ErrHeldBack) {
+			out.held++
+			if g != "" {
+				stopped[g] = true
+			}
+			continue
+		}
 		attempts := e.Attempts + 1
+		// Later messages of the group in this batch are not counted delivered, even when
+		// this one is now dead: they go again in the next batch, in order.
+		if g != "" {
+			stopped[g] = true
+		}
 		if errors.Is(ferr, ErrPermanent) || (cfg.MaxAttempts > 0 && attempts >= cfg.MaxAttempts) {
 			out.dead = append(out.dead, failure{env: e, err: ferr})
 			continue
 		}
 		out.failed = append(out.failed, failure{env: e, err: ferr, delay: cfg.Backoff.Delay(attempts)})
-		if g != "" {
-			stopped[g] = true
-		}
 	}
 	return out
 }
@@ -329,10 +344,32 @@ func errString(err error) string {
 // confirm records an outcome in one transaction that first checks (and extends) the lease:
 // a worker that lost its partition changes nothing. With a TxRelay, deliver runs inside
 // that transaction, after the check.
-func (w *worker) confirm(ctx context.Context, deliverTx func(*sql.Tx) outcome) (outcome, error) {
+//
+// A confirmation that fails for a passing reason (a deadlock with a publisher on MySQL, a
+// dropped connection) is tried again a few times: giving up means delivering the batch again.
+func (w *worker) confirm(ctx context.Context, deliverTx func(*sql.Tx) outcome) (out outcome, err error) {
+	for attempt := range 3 {
+		out, err = w.confirmOnce(ctx, deliverTx)
+		if err == nil || errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
+			return out, err
+		}
+		w.log.Debug("outboxer: confirm failed, trying again", "attempt", attempt+1, "err", err)
+		if !sleep(ctx, time.Duration(attempt+1)*10*time.Millisecond) {
+			break
+		}
+	}
+	return out, err
+}
+
+func (w *worker) confirmOnce(ctx context.Context, deliverTx func(*sql.Tx) outcome) (outcome, error) {
 	s := w.ob.sql
 	start := time.Now()
-	tx, err := w.o.cfg.DB.BeginTx(ctx, nil)
+	var opts *sql.TxOptions
+	if w.o.kind == dialectKindMySQL {
+		// Without gap locks, a confirmation does not deadlock with concurrent inserts.
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	tx, err := w.o.cfg.DB.BeginTx(ctx, opts)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -437,12 +474,12 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 	}
 	now := time.Now()
 	for _, f := range out.failed {
-		if g := w.group(f.env); g != "" {
-			until := now.Add(f.delay)
-			if w.forever {
-				until = now.Add(time.Hour)
-			}
-			w.blocked[g] = block{from: f.env.ID, until: until}
+		g := w.group(f.env)
+		switch {
+		case g != "":
+			w.blocked[g] = block{from: f.env.ID, until: now.Add(f.delay)}
+		case w.forever:
+			w.skip = append(w.skip, f.env.ID)
 		}
 	}
 	w.report(out)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ func (e event) GroupKey() string           { return e.Group }
 func (e event) Headers() map[string]string { return e.Hdr }
 func (event) MessageType() string          { return "test.Event" }
 
-var quiet = slog.New(slog.DiscardHandler)
+var quiet = testLogger()
 
 // setup migrates the default table and returns an instance on db.
 func setup(t testing.TB, db *dbtest.DB, cfg core.Config) *core.Outboxer {
@@ -62,6 +63,8 @@ type recorder struct {
 	fail func(batch []core.Envelope) error
 	// notify, when set, receives a value after each batch.
 	notify chan struct{}
+	// ordering the engine applies, to know what it counts delivered.
+	ordering core.Ordering
 }
 
 func (r *recorder) Deliver(ctx context.Context, batch []core.Envelope) error {
@@ -93,11 +96,18 @@ func (r *recorder) record(batch []core.Envelope, err error) {
 	}
 	stopped := map[string]bool{}
 	for _, e := range batch {
-		if stopped[e.GroupKey] && e.GroupKey != "" {
+		g := e.GroupKey
+		switch r.ordering {
+		case core.OrderTotal:
+			g = "all"
+		case core.OrderNone:
+			g = ""
+		}
+		if stopped[g] && g != "" {
 			continue
 		}
 		if _, bad := pf.Failed[e.ID]; bad {
-			stopped[e.GroupKey] = true
+			stopped[g] = true
 			continue
 		}
 		r.got = append(r.got, e)
@@ -207,3 +217,11 @@ func tableExists(t testing.TB, db *dbtest.DB, name string) bool {
 }
 
 var _ = io.Discard
+
+// testLogger discards the engine's logs unless OUTBOXER_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("OUTBOXER_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}

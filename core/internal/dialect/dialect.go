@@ -58,7 +58,7 @@ func New(kind Kind, schema, table string) *SQL {
 	// FenceLease is RenewLease as the first statement of a confirming transaction: it
 	// locks the lease row, so a takeover waits for the commit or the confirm sees it.
 	s.FenceLease = s.RenewLease
-	s.ReleaseLease = s.p(`UPDATE ` + s.Leases + ` SET owner = '', expires_at = ` + s.zeroTime() + ` WHERE outbox = ? AND part = ? AND token = ?`)
+	s.ReleaseLease = s.p(`UPDATE ` + s.Leases + ` SET owner = '', expires_at = ` + s.zeroTime() + ` WHERE outbox = ? AND part = ? AND owner = ?`)
 	s.Pause = s.p(`UPDATE ` + s.Leases + ` SET paused = ` + s.bool(true) + ` WHERE outbox = ?`)
 	s.Resume = s.p(`UPDATE ` + s.Leases + ` SET paused = ` + s.bool(false) + ` WHERE outbox = ?`)
 	s.CountLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ?`)
@@ -249,7 +249,9 @@ type Exclusion struct {
 // then the database clock. Unordered messages that are not available yet are left out by
 // the query; an ordered one is returned (not available), so that the caller learns its
 // group is blocked and excludes it from then on.
-func (s *SQL) Fetch(outbox string, part, limit int, mode Mode, excl []Exclusion) (string, []any) {
+//
+// skip lists IDs never to return (Drain leaves what failed during the call alone).
+func (s *SQL) Fetch(outbox string, part, limit int, mode Mode, excl []Exclusion, skip []int64) (string, []any) {
 	var b strings.Builder
 	now := s.Now()
 	args := []any{outbox, part}
@@ -274,6 +276,11 @@ func (s *SQL) Fetch(outbox string, part, limit int, mode Mode, excl []Exclusion)
 			b.WriteString(` AND NOT EXISTS (` + cond + `)`)
 			args = append(args, more...)
 		}
+	}
+	if len(skip) > 0 {
+		cond, more := s.IDList(skip)
+		b.WriteString(` AND NOT (` + cond + `)`)
+		args = append(args, more...)
 	}
 	b.WriteString(` ORDER BY id LIMIT ?`)
 	args = append(args, limit)
