@@ -1,5 +1,484 @@
 package dbtest_test
 
+// Tests that run relays in other processes: several relays on one table, a relay killed
+// mid-batch, a notification crossing processes. The test binary runs itself as the relay
+// process when OUTBOXER_TEST_HELPER is set (see TestMain).
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/dbtest"
+)
+
 const helperEnv = "OUTBOXER_TEST_HELPER"
 
-func runHelper(string) int { return 2 }
+// helperConfig travels to the relay process in its environment.
+type helperConfig struct {
+	Driver, DSN string
+	Dialect     core.Dialect
+	Partitions  int
+	BatchSize   int
+	Poll        time.Duration
+	Lease       time.Duration
+	CrashAfter  int  // block forever inside the n-th batch, after recording it (the parent kills)
+	Notify      bool // LISTEN/NOTIFY (PostgreSQL)
+}
+
+func (c helperConfig) env() []string {
+	return append(os.Environ(),
+		helperEnv+"=relay",
+		"H_DRIVER="+c.Driver, "H_DSN="+c.DSN, "H_DIALECT="+string(c.Dialect),
+		"H_PARTITIONS="+strconv.Itoa(c.Partitions), "H_BATCH="+strconv.Itoa(c.BatchSize),
+		"H_POLL="+c.Poll.String(), "H_LEASE="+c.Lease.String(),
+		"H_CRASH_AFTER="+strconv.Itoa(c.CrashAfter), "H_NOTIFY="+strconv.FormatBool(c.Notify),
+	)
+}
+
+// runHelper is the relay process: it relays the "orders" outbox into the deliveries table
+// until SIGTERM, and records any moment two processes serve one partition at once.
+func runHelper(string) int {
+	atoi := func(k string) int { n, _ := strconv.Atoi(os.Getenv(k)); return n }
+	dur := func(k string) time.Duration { d, _ := time.ParseDuration(os.Getenv(k)); return d }
+	cfg := helperConfig{
+		Driver: os.Getenv("H_DRIVER"), DSN: os.Getenv("H_DSN"), Dialect: core.Dialect(os.Getenv("H_DIALECT")),
+		Partitions: atoi("H_PARTITIONS"), BatchSize: atoi("H_BATCH"), Poll: dur("H_POLL"), Lease: dur("H_LEASE"),
+		CrashAfter: atoi("H_CRASH_AFTER"), Notify: os.Getenv("H_NOTIFY") == "true",
+	}
+	db, err := sql.Open(cfg.Driver, cfg.DSN)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer db.Close()
+	relay := &tableRelay{db: db, dialect: cfg.Dialect, pid: os.Getpid(), crashAfter: cfg.CrashAfter}
+	ob, err := core.New(core.Config{
+		DB: db, Dialect: cfg.Dialect, LeaseDuration: cfg.Lease, Notify: cfg.Notify, Logger: testLogger(),
+		Outboxes: map[string]core.OutboxConfig{"orders": {
+			Relay: relay, Partitions: cfg.Partitions, BatchSize: cfg.BatchSize, PollInterval: cfg.Poll,
+			Backoff: core.Backoff{Func: func(int) time.Duration { return 10 * time.Millisecond }},
+		}},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		// READY once this process holds a partition.
+		for ctx.Err() == nil {
+			st, _ := ob.Status(ctx, "orders")
+			for _, p := range st {
+				if p.LeaseHeld && strings.Contains(p.Owner, "/"+strconv.Itoa(os.Getpid())+"/") {
+					fmt.Println("READY")
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	if err := ob.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// tableRelay writes what it delivers into the deliveries table, in its own statements
+// (as a broker would receive it, outside the outbox's transactions).
+type tableRelay struct {
+	db         *sql.DB
+	dialect    core.Dialect
+	pid        int
+	mu         sync.Mutex
+	batches    int
+	crashAfter int
+}
+
+func (r *tableRelay) q(s string) string {
+	if r.dialect != core.Postgres {
+		return s
+	}
+	n := 0
+	return replaceEach(s, "?", func() string { n++; return "$" + strconv.Itoa(n) })
+}
+
+func replaceEach(s, old string, next func() string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, old)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		b.WriteString(next())
+		s = s[i+len(old):]
+	}
+}
+
+func (r *tableRelay) Deliver(ctx context.Context, batch []core.Envelope) error {
+	part := batch[0].Partition
+	// Claim the partition for the time of the delivery; a second claimer is a violation.
+	if _, err := r.db.ExecContext(ctx, r.q(`INSERT INTO active (part, pid) VALUES (?, ?)`), part, r.pid); err != nil {
+		_, _ = r.db.ExecContext(context.Background(), r.q(`INSERT INTO violations (what) VALUES (?)`),
+			fmt.Sprintf("pid %d: partition %d already being served: %v", r.pid, part, err))
+		return err
+	}
+	defer r.db.ExecContext(context.WithoutCancel(ctx), r.q(`DELETE FROM active WHERE part = ? AND pid = ?`), part, r.pid)
+	var b strings.Builder
+	args := make([]any, 0, len(batch)*3)
+	b.WriteString(`INSERT INTO deliveries (msg_id, grp, pid) VALUES `)
+	for i, e := range batch {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?)")
+		args = append(args, e.ID, e.GroupKey, r.pid)
+	}
+	if _, err := r.db.ExecContext(ctx, r.q(b.String()), args...); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.batches++
+	crash := r.crashAfter > 0 && r.batches == r.crashAfter
+	r.mu.Unlock()
+	if crash {
+		ids := make([]string, len(batch))
+		for i, e := range batch {
+			ids[i] = strconv.FormatInt(e.ID, 10)
+		}
+		fmt.Println("CRASH " + strings.Join(ids, ","))
+		select {} // the parent sends SIGKILL
+	}
+	return nil
+}
+
+// relayTables creates the tables the relay processes write into.
+func relayTables(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	id := "seq INTEGER PRIMARY KEY AUTOINCREMENT"
+	switch db.Dialect {
+	case core.Postgres:
+		id = "seq bigserial PRIMARY KEY"
+	case core.MySQL:
+		id = "seq BIGINT AUTO_INCREMENT PRIMARY KEY"
+	}
+	for _, ddl := range []string{
+		`CREATE TABLE deliveries (` + id + `, msg_id BIGINT NOT NULL, grp VARCHAR(255) NOT NULL, pid INT NOT NULL)`,
+		`CREATE TABLE active (part INT PRIMARY KEY, pid INT NOT NULL)`,
+		`CREATE TABLE violations (what TEXT)`,
+	} {
+		if _, err := db.ExecContext(context.Background(), ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// proc is a running relay process.
+type proc struct {
+	cmd   *exec.Cmd
+	lines chan string
+	done  chan error
+}
+
+func startRelay(t *testing.T, cfg helperConfig) *proc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = cfg.env()
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, lines: make(chan string, 16), done: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+		p.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() { p.kill() })
+	return p
+}
+
+// waitLine waits for a line starting with prefix.
+func (p *proc) waitLine(t *testing.T, prefix string, within time.Duration) string {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("relay process ended before printing %q", prefix)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("relay process did not print %q within %v", prefix, within)
+		}
+	}
+}
+
+// stop ends the process gracefully and checks it exits cleanly.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	go func() {
+		for range p.lines {
+		}
+	}()
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Errorf("relay process exited with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("relay process did not stop within 30s of SIGTERM")
+	}
+}
+
+func (p *proc) kill() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Kill()
+	}
+}
+
+type delivery struct {
+	msgID int64
+	grp   string
+	pid   int
+}
+
+func deliveries(t *testing.T, db *dbtest.DB) []delivery {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), `SELECT msg_id, grp, pid FROM deliveries ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []delivery
+	for rows.Next() {
+		var d delivery
+		if err := rows.Scan(&d.msgID, &d.grp, &d.pid); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func distinctDelivered(t *testing.T, db *dbtest.DB) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRowContext(context.Background(), `SELECT COUNT(DISTINCT msg_id) FROM deliveries`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// checkDeliveries checks that every published message was delivered, that no message was
+// handed over before every earlier message of its group had been, that nothing was
+// delivered twice except the IDs in mayRepeat, and that no partition had two servers.
+func checkDeliveries(t *testing.T, db *dbtest.DB, published []core.Envelope, mayRepeat map[int64]bool) []delivery {
+	t.Helper()
+	ds := deliveries(t, db)
+	pos := map[int64]int{} // index of a message within its group
+	groupOf := map[int64]string{}
+	perGroup := map[string]int{}
+	for _, e := range published {
+		pos[e.ID] = perGroup[e.GroupKey]
+		perGroup[e.GroupKey]++
+		groupOf[e.ID] = e.GroupKey
+	}
+	seen := map[int64]int{}
+	reached := map[string]int{} // per group: how many of its first messages were delivered
+	for _, d := range ds {
+		seen[d.msgID]++
+		if seen[d.msgID] > 1 && !mayRepeat[d.msgID] {
+			t.Errorf("message %d delivered %d times", d.msgID, seen[d.msgID])
+		}
+		g := groupOf[d.msgID]
+		if g == "" {
+			continue
+		}
+		switch p := pos[d.msgID]; {
+		case p == reached[g]:
+			reached[g]++
+		case p > reached[g]:
+			t.Errorf("group %s: message %d (#%d) delivered before #%d", g, d.msgID, p, reached[g])
+		}
+	}
+	for _, e := range published {
+		if seen[e.ID] == 0 {
+			t.Errorf("message %d never delivered", e.ID)
+		}
+	}
+	var violations []string
+	rows, err := db.QueryContext(context.Background(), `SELECT what FROM violations`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v string
+		_ = rows.Scan(&v)
+		violations = append(violations, v)
+	}
+	if len(violations) > 0 {
+		t.Errorf("partitions served by two processes at once: %v", violations)
+	}
+	return ds
+}
+
+func helperFor(db *dbtest.DB) helperConfig {
+	return helperConfig{Driver: db.Driver, DSN: db.DSN, Dialect: db.Dialect, Partitions: 4, BatchSize: 50,
+		Poll: 20 * time.Millisecond, Lease: 2 * time.Second}
+}
+
+func TestSeveralRelayProcessesOnOneTable(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		ob := setup(t, db, core.Config{PublishOnly: true, Outboxes: map[string]core.OutboxConfig{"orders": {Partitions: 4}}})
+		relayTables(t, db)
+		cfg := helperFor(db)
+		first := startRelay(t, cfg)
+		first.waitLine(t, "READY", 30*time.Second)
+		second := startRelay(t, cfg)
+		var published []core.Envelope
+		publishSome := func(from, to int) {
+			for i := from; i < to; i += 20 {
+				msgs := make([]core.Message, 20)
+				for j := range msgs {
+					msgs[j] = event{Seq: i + j, Group: fmt.Sprintf("order:%d", (i+j)%25)}
+				}
+				published = append(published, publish(t, ob, db.DB, msgs...)...)
+			}
+		}
+		publishSome(0, 1000)
+		eventually(t, 60*time.Second, "half the messages", func() bool { return distinctDelivered(t, db) >= 500 })
+		// One relay leaves gracefully, a third joins, while publishing goes on.
+		first.stop(t)
+		third := startRelay(t, cfg)
+		publishSome(1000, 2000)
+		eventually(t, 120*time.Second, "every message", func() bool { return distinctDelivered(t, db) == len(published) })
+		second.stop(t)
+		third.stop(t)
+		ds := checkDeliveries(t, db, published, nil)
+		pids := map[int]bool{}
+		for _, d := range ds {
+			pids[d.pid] = true
+		}
+		if len(pids) < 2 {
+			t.Errorf("only %d process delivered; the test did not exercise sharing", len(pids))
+		}
+		if c := counts(t, ob, "orders"); c.Pending != 0 {
+			t.Errorf("pending = %d after every delivery", c.Pending)
+		}
+	})
+}
+
+func TestRelayKilledMidBatch(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := context.Background()
+		// One partition: the killed process has exactly one batch in flight.
+		ob := setup(t, db, core.Config{PublishOnly: true, Outboxes: map[string]core.OutboxConfig{"orders": {}}})
+		relayTables(t, db)
+		var published []core.Envelope
+		for i := 0; i < 1000; i += 100 {
+			msgs := make([]core.Message, 100)
+			for j := range msgs {
+				msgs[j] = event{Seq: i + j, Group: fmt.Sprintf("order:%d", (i+j)%10)}
+			}
+			published = append(published, publish(t, ob, db.DB, msgs...)...)
+		}
+		cfg := helperFor(db)
+		cfg.Partitions, cfg.CrashAfter = 1, 4
+		victim := startRelay(t, cfg)
+		line := victim.waitLine(t, "CRASH ", 60*time.Second)
+		if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-victim.done
+		inFlight := map[int64]bool{}
+		for _, s := range strings.Split(strings.TrimPrefix(line, "CRASH "), ",") {
+			id, _ := strconv.ParseInt(s, 10, 64)
+			inFlight[id] = true
+		}
+		// The killed process could not clean up its claim; a broker would not care.
+		if _, err := db.ExecContext(ctx, `DELETE FROM active`); err != nil {
+			t.Fatal(err)
+		}
+		restarted := time.Now()
+		cfg.CrashAfter = 0
+		heir := startRelay(t, cfg)
+		heir.waitLine(t, "READY", 30*time.Second)
+		// The dead process's leases run out; the heir takes over within the lease bound.
+		if took := time.Since(restarted); took > cfg.Lease+cfg.Lease/4+5*time.Second {
+			t.Errorf("takeover took %v, more than the lease bound", took)
+		}
+		eventually(t, 60*time.Second, "every message after the restart", func() bool { return distinctDelivered(t, db) == len(published) })
+		heir.stop(t)
+		ds := checkDeliveries(t, db, published, inFlight)
+		repeats := 0
+		for _, d := range ds {
+			if inFlight[d.msgID] {
+				repeats++
+			}
+		}
+		if repeats != 2*len(inFlight) {
+			t.Errorf("the in-flight batch of %d was delivered %d times in all, want each twice", len(inFlight), repeats)
+		}
+	})
+}
+
+func TestNotifyWakesARelayInAnotherProcess(t *testing.T) {
+	db := dbtest.Postgres(t)
+	ctx := context.Background()
+	ob := setup(t, db, core.Config{PublishOnly: true, Notify: true, Outboxes: map[string]core.OutboxConfig{"orders": {Partitions: 2}}})
+	relayTables(t, db)
+	cfg := helperFor(db)
+	cfg.Partitions, cfg.Notify, cfg.Poll = 2, true, time.Hour // only a notification can wake it
+	relay := startRelay(t, cfg)
+	relay.waitLine(t, "READY", 30*time.Second)
+	time.Sleep(200 * time.Millisecond) // the first empty fetches are done; the workers sleep
+	var published []core.Envelope
+	for i := range 5 {
+		start := time.Now()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := ob.Publish(ctx, tx, event{Seq: i, Group: fmt.Sprint("g", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		published = append(published, env)
+		eventually(t, 20*time.Second, "delivery woken by NOTIFY", func() bool { return distinctDelivered(t, db) == i+1 })
+		t.Logf("publish to delivery across processes: %v", time.Since(start))
+	}
+	relay.stop(t)
+	checkDeliveries(t, db, published, nil)
+}
