@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
 	"github.com/riverqueue/river/rivermigrate"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest"
@@ -385,4 +390,104 @@ func TestRelayConfigErrors(t *testing.T) {
 	wantFailure(t, cli(t, "", "relay"), exitUsage, "--config is required")
 	wantFailure(t, cli(t, "", "relay", "--config", writeFile(t, "relay.ini", "")), exitUsage, "want a .yaml, .yml or .toml file")
 	wantFailure(t, cli(t, "", "relay", "--config", writeFile(t, "empty.yaml", "")), exitUsage, "configuration names no outboxes")
+}
+
+func TestRelayToKafka(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	db := dbtest.SQLite(t)
+	dsn := cliDSN(t, db)
+	mustRun(t, "migrate", "up", "--dsn", dsn)
+	cfg := relayConfigFile(t, dsn, false, fmt.Sprintf("      type: kafka\n      brokers: [%q]\n      topic: orders", brokers[0]))
+	p := startRelay(t, "--config", cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 3 {
+		if _, err := db.ExecContext(ctx, handInsert[core.SQLite], "order:9", fmt.Sprintf(`{"n":%d}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("orders"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	var got []*kgo.Record
+	for len(got) < 3 {
+		fetches := consumer.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%d of 3 records within the time limit\nrelay stderr:\n%s", len(got), p.stderr)
+		}
+		got = append(got, fetches.Records()...)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d records, want 3", len(got))
+	}
+	for i, r := range got {
+		if string(r.Key) != "order:9" || string(r.Value) != fmt.Sprintf(`{"n":%d}`, i) {
+			t.Fatalf("record %d: key %q value %q", i, r.Key, r.Value)
+		}
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("relay exit code %d\nstderr:\n%s", code, p.stderr)
+	}
+}
+
+func TestRelayToRabbitMQ(t *testing.T) {
+	const uri = "amqp://guest:guest@127.0.0.1:5672/"
+	if conn, err := net.DialTimeout("tcp", "127.0.0.1:5672", 3*time.Second); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("RabbitMQ is unavailable in CI: %v", err)
+		}
+		t.Skipf("RabbitMQ is unavailable: %v", err)
+	} else {
+		conn.Close()
+	}
+	queue := fmt.Sprintf("outboxer_cli_test_%d", time.Now().UnixNano())
+	amqpCfg := amqp.NewNonDurableQueueConfig(uri)
+	sub, err := amqp.NewSubscriber(amqpCfg, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.SubscribeInitialize(queue); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	msgs, err := sub.Subscribe(ctx, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	db := dbtest.MariaDB(t)
+	dsn := cliDSN(t, db)
+	mustRun(t, "migrate", "up", "--dsn", dsn)
+	cfg := relayConfigFile(t, dsn, false, fmt.Sprintf("      type: amqp\n      url: %s\n      topic: %s\n      durable: false", uri, queue))
+	p := startRelay(t, "--config", cfg)
+	for i := range 3 {
+		if _, err := db.ExecContext(ctx, handInsert[core.MySQL], "order:5", fmt.Sprintf(`{"n":%d}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		select {
+		case m := <-msgs:
+			m.Ack()
+			if string(m.Payload) != fmt.Sprintf(`{"n":%d}`, i) || m.Metadata.Get("outboxer_group_key") != "order:5" ||
+				m.Metadata.Get("source") != "php" {
+				t.Fatalf("message %d: %s %v", i, m.Payload, m.Metadata)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of 3 messages within the time limit\nrelay stderr:\n%s", i, p.stderr)
+		}
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("relay exit code %d\nstderr:\n%s", code, p.stderr)
+	}
 }
