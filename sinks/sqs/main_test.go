@@ -67,8 +67,10 @@ func startEmulator() (stop func(), err error) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	cmd := exec.Command("node", cli)
-	cmd.Env = append(os.Environ(), "FAUXQS_PORT="+strconv.Itoa(port), "FAUXQS_LOGGER=false")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// The emulator's command line logs every request to stdout whatever FAUXQS_LOGGER
+	// says: drop stdout, keep errors.
+	cmd.Env = append(os.Environ(), "FAUXQS_PORT="+strconv.Itoa(port), "FAUXQS_HOST=127.0.0.1", "FAUXQS_LOGGER=false")
+	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the SQS emulator: %w", err)
 	}

@@ -1,0 +1,40 @@
+// Package sqs is an Outboxer relay that sends messages to an Amazon SQS queue with the
+// AWS SDK for Go v2.
+//
+// # FIFO queues
+//
+// A queue whose URL ends in ".fifo" keeps order within a message group:
+//
+//   - MessageGroupId is the message's group key (Config.Ordering core.OrderGroup, the
+//     default), the outbox name (core.OrderTotal), or one group per message for messages
+//     without a key and for core.OrderNone, so consumers can take those in parallel;
+//   - MessageDeduplicationId is "<Config.Table>:<ID>" (the outbox name stands in for an
+//     unset Table), so a batch delivered again after a crash is dropped by SQS within
+//     its five-minute deduplication window.
+//
+// Keys and IDs SQS would refuse (over 128 characters, or other than letters, digits and
+// punctuation) are replaced by their hex SHA-256, which keeps them distinct and stable.
+//
+// # Standard queues
+//
+// They keep no order and may deliver twice: New refuses one for an outbox whose Ordering
+// needs order unless Config.AllowUnordered is set, and then logs a warning.
+//
+// # Messages
+//
+// The body is the payload when it is text SQS can carry, otherwise its standard base64
+// with the attribute AttrEncoding ("outboxer-encoding") set to "base64". Attributes
+// AttrID, AttrType, AttrOutbox and AttrGroupKey carry the envelope's fields. Each header
+// becomes a String attribute of its own when all fit within SQS's 10 attributes with
+// valid names and non-empty values; otherwise all headers travel together as one JSON
+// object in AttrHeaders ("outboxer-headers"). A message larger than
+// Config.MaxMessageBytes (body and attributes), or with an empty payload, is refused with
+// core.Permanent: it goes dead instead of holding back its group forever.
+//
+// # Results
+//
+// Deliver sends a batch in SendMessageBatch requests of at most 10 entries, in order. A
+// request that fails names its messages in a *core.PartialFailure; the later messages
+// of their groups are not sent and are named too; other groups go on. Entries SQS
+// refuses as the sender's fault are permanent; others are retried by the engine.
+package sqs
