@@ -75,16 +75,20 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		return counts(t, ob, "orders").Pending == 0
 	})
 	t.Logf("published %d, %d publishes failed while the server was away", len(published), failed)
-	// Delivered at least once each, and within a group never out of order.
+	// Delivered at least once each; within a group, first deliveries in ID order (a batch
+	// whose confirmation the restart cut off is delivered again, which is allowed).
 	got := rec.delivered()
 	seen := map[int64]bool{}
 	last := map[string]int64{}
 	for _, e := range got {
+		if seen[e.ID] {
+			continue
+		}
+		seen[e.ID] = true
 		if e.ID < last[e.GroupKey] {
-			t.Fatalf("group %s: %d delivered after %d", e.GroupKey, e.ID, last[e.GroupKey])
+			t.Fatalf("group %s: %d delivered first after %d", e.GroupKey, e.ID, last[e.GroupKey])
 		}
 		last[e.GroupKey] = e.ID
-		seen[e.ID] = true
 	}
 	for _, e := range published {
 		if !seen[e.ID] {
