@@ -1,0 +1,32 @@
+CREATE TABLE IF NOT EXISTS "outboxer_messages" (
+	id INTEGER PRIMARY KEY AUTOINCREMENT,
+	outbox TEXT NOT NULL,
+	type TEXT NOT NULL DEFAULT '',
+	group_key TEXT NOT NULL DEFAULT '',
+	part INTEGER NOT NULL DEFAULT 0,
+	payload BLOB NOT NULL,
+	headers TEXT,
+	state INTEGER NOT NULL DEFAULT 0,
+	attempts INTEGER NOT NULL DEFAULT 0,
+	last_error TEXT,
+	available_at INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000000 AS INTEGER)),
+	created_at INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000000 AS INTEGER)),
+	delivered_at INTEGER
+);
+
+CREATE INDEX IF NOT EXISTS "outboxer_messages_pending" ON "outboxer_messages" (outbox, part, id) WHERE state = 0;
+
+CREATE INDEX IF NOT EXISTS "outboxer_messages_dead" ON "outboxer_messages" (outbox, id) WHERE state = 2;
+
+CREATE INDEX IF NOT EXISTS "outboxer_messages_delivered" ON "outboxer_messages" (outbox, delivered_at) WHERE state = 1;
+
+CREATE TABLE IF NOT EXISTS "outboxer_messages_leases" (
+	outbox TEXT NOT NULL,
+	part INTEGER NOT NULL,
+	owner TEXT NOT NULL DEFAULT '',
+	token INTEGER NOT NULL DEFAULT 0,
+	expires_at INTEGER NOT NULL DEFAULT 0,
+	paused INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (outbox, part)
+);
+
