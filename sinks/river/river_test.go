@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -25,6 +26,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if role := os.Getenv(crashChildEnv); role != "" {
+		os.Exit(crashChild(role))
+	}
 	goleak.VerifyTestMain(m,
 		// database/sql's connection opener lives as long as a *sql.DB that dbtest closes
 		// in the test's cleanup; pgx pools' health checks likewise.
