@@ -7,26 +7,61 @@ replace github.com/outboxer-go/outboxer => ../
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jmoiron/sqlx v1.4.0
 	github.com/outboxer-go/outboxer v0.0.0-00010101000000-000000000000
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+	github.com/uptrace/bun v1.3.0
+	github.com/uptrace/bun/dialect/sqlitedialect v1.3.0
+	gorm.io/driver/sqlite v1.6.0
+	gorm.io/gorm v1.31.2
 	modernc.org/sqlite v1.62.0
 )
 
 require (
+	ariga.io/atlas v0.32.1-0.20250325101103-175b25e1c1b9 // indirect
+	github.com/agext/levenshtein v1.2.3 // indirect
+	github.com/apparentlymart/go-textseg/v15 v15.0.0 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.12 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.12 // indirect
 	github.com/aws/smithy-go v1.28.9 // indirect
+	github.com/bmatcuk/doublestar v1.3.4 // indirect
+	github.com/go-openapi/inflect v0.19.0 // indirect
+	github.com/google/go-cmp v0.6.0 // indirect
+	github.com/hashicorp/hcl/v2 v2.18.1 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/jinzhu/inflection v1.0.0 // indirect
+	github.com/jinzhu/now v1.1.5 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/mattn/go-sqlite3 v1.14.22 // indirect
+	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
+	github.com/tmthrgd/go-hex v0.0.0-20190904060850-447a3041c3bc // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
+	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
+	github.com/zclconf/go-cty v1.14.4 // indirect
+	github.com/zclconf/go-cty-yaml v1.1.0 // indirect
+	golang.org/x/mod v0.42.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
 )
 
 require (
+	entgo.io/ent v0.14.5
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/outboxer-go/outboxer/adapters/bun v0.0.0-00010101000000-000000000000
+	github.com/outboxer-go/outboxer/adapters/ent v0.0.0-00010101000000-000000000000
+	github.com/outboxer-go/outboxer/adapters/gorm v0.0.0-00010101000000-000000000000
+	github.com/outboxer-go/outboxer/adapters/pgx v0.0.0-00010101000000-000000000000
+	github.com/outboxer-go/outboxer/adapters/sqlx v0.0.0-00010101000000-000000000000
 	github.com/outboxer-go/outboxer/sinks/kafka v0.0.0-00010101000000-000000000000
 	github.com/outboxer-go/outboxer/sinks/sqs v0.0.0-00010101000000-000000000000
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
@@ -39,3 +74,17 @@ require (
 replace github.com/outboxer-go/outboxer/sinks/kafka => ../sinks/kafka
 
 replace github.com/outboxer-go/outboxer/sinks/sqs => ../sinks/sqs
+
+replace github.com/outboxer-go/outboxer/adapters/gorm => ../adapters/gorm
+
+replace github.com/outboxer-go/outboxer/adapters/bun => ../adapters/bun
+
+replace github.com/outboxer-go/outboxer/adapters/ent => ../adapters/ent
+
+replace github.com/outboxer-go/outboxer/adapters/sqlx => ../adapters/sqlx
+
+replace github.com/outboxer-go/outboxer/adapters/pgx => ../adapters/pgx
+
+replace github.com/outboxer-go/outboxer/adapters/adaptertest => ../adapters/adaptertest
+
+replace github.com/outboxer-go/outboxer/dbtest => ../dbtest
