@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,7 +32,7 @@ const (
 	crashOutbox     = "orders"
 	crashPartitions = 2
 	crashBatchSize  = 50
-	crashBlockAt    = 3 // the DeliverTx call (counting from 1) that the "block" child freezes in
+	crashBlockAt    = 3 // the "block" child freezes in this DeliverTx call (from 1) or a later one
 	crashLease      = 2 * time.Second
 )
 
@@ -49,19 +48,39 @@ func crashConfig(db *sql.DB, relay core.Relay, logger *slog.Logger) core.Config 
 	}
 }
 
-// freezingSink is the River TxSink of the "block" child: its crashBlockAt-th DeliverTx
-// inserts the batch's jobs in the engine's transaction, reports that it is inside
-// ("inside <backend pid> <id>,<id>,…" on stdout) and then keeps the
+// freezingSink is the River TxSink of the "block" child. One DeliverTx, from the
+// crashBlockAt-th call on, inserts the batch's jobs in the engine's transaction, reports
+// that it is inside ("inside <backend pid> <id>,<id>,…" on stdout) and then keeps the
 // transaction busy until the process is killed: a process that dies in the middle of a
 // delivery, with the jobs written and the outbox rows not yet removed.
+//
+// It freezes only once every partition has had a batch: the engine refuses to start on
+// a table whose partitions were not all owned yet while messages are pending (it takes
+// that for a changed partition count), which a process killed earlier would leave.
 type freezingSink struct {
 	*riversink.TxSink
-	calls atomic.Int64
-	out   io.Writer
+	out io.Writer
+
+	mu     sync.Mutex
+	calls  int
+	seen   map[int]bool
+	frozen bool
+}
+
+func (s *freezingSink) freezeNow(batch []core.Envelope) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	s.seen[batch[0].Partition] = true
+	if s.frozen || s.calls < crashBlockAt || len(s.seen) < crashPartitions {
+		return false
+	}
+	s.frozen = true
+	return true
 }
 
 func (s *freezingSink) DeliverTx(ctx context.Context, tx *sql.Tx, batch []core.Envelope) error {
-	if s.calls.Add(1) != crashBlockAt {
+	if !s.freezeNow(batch) {
 		return s.TxSink.DeliverTx(ctx, tx, batch)
 	}
 	var pid int
@@ -110,7 +129,7 @@ func crashChild(role string) int {
 	}
 	var relay core.Relay = sink
 	if role == "block" {
-		relay = &freezingSink{TxSink: sink, out: os.Stdout}
+		relay = &freezingSink{TxSink: sink, out: os.Stdout, seen: map[int]bool{}}
 	}
 	ob, err := core.New(crashConfig(db, relay, logger))
 	if err != nil {
