@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -598,30 +597,4 @@ func waitFor(t testing.TB, ctx context.Context, cond func() bool) {
 		case <-tick.C:
 		}
 	}
-}
-
-// Placeholder returns the n-th (1-based) bind placeholder of the dialect.
-func Placeholder(d core.Dialect, n int) string {
-	if d == core.Postgres {
-		return fmt.Sprintf("$%d", n)
-	}
-	return "?"
-}
-
-// Rebind turns ? placeholders into the dialect's.
-func Rebind(d core.Dialect, q string) string {
-	if d != core.Postgres {
-		return q
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range q {
-		if r == '?' {
-			n++
-			b.WriteString(Placeholder(d, n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
