@@ -61,7 +61,9 @@ func New(kind Kind, schema, table string) *SQL {
 	s.ReleaseLease = s.p(`UPDATE ` + s.Leases + ` SET owner = '', expires_at = ` + s.zeroTime() + ` WHERE outbox = ? AND part = ? AND owner = ?`)
 	s.Pause = s.p(`UPDATE ` + s.Leases + ` SET paused = ` + s.bool(true) + ` WHERE outbox = ?`)
 	s.Resume = s.p(`UPDATE ` + s.Leases + ` SET paused = ` + s.bool(false) + ` WHERE outbox = ?`)
-	s.CountLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ?`)
+	// Partitions that a worker has owned at least once: rows made by Pause on an outbox that
+	// never ran do not count.
+	s.CountLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND token > 0`)
 	s.DropLeasesFrom = s.p(`DELETE FROM ` + s.Leases + ` WHERE outbox = ? AND part >= ?`)
 	s.LeaseStatus = s.p(`SELECT part, owner, token, ` + s.TimeCol("expires_at") + `, paused, ` + s.TimeCol(now) + ` FROM ` + s.Leases +
 		` WHERE outbox = ? ORDER BY part`)

@@ -1,0 +1,106 @@
+// Package coretest helps test code that publishes through Outboxer: relays that record
+// or fail on demand, for an instance in Manual mode delivered with Drain.
+//
+//	rec := &coretest.Recorder{}
+//	ob, _ := core.New(core.Config{DB: db, Manual: true, Outboxes: map[string]core.OutboxConfig{
+//		"orders": {Relay: rec},
+//	}})
+//	// ... the code under test publishes ...
+//	ob.Drain(ctx, "orders")
+//	got := rec.Delivered() // what the relay confirmed, in order
+package coretest
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/outboxer-go/outboxer/core"
+)
+
+// Recorder is a Relay that records every message it is handed and confirms them all,
+// unless Fail, when set, returns an error for a batch (nil, a *core.PartialFailure, or
+// any error). It is safe for concurrent use.
+type Recorder struct {
+	// Fail decides the result of each batch; nil means every batch is delivered.
+	Fail func(batch []core.Envelope) error
+
+	mu        sync.Mutex
+	delivered []core.Envelope
+	attempts  int
+}
+
+// Deliver records the batch and returns what Fail says.
+func (r *Recorder) Deliver(ctx context.Context, batch []core.Envelope) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts++
+	var err error
+	if r.Fail != nil {
+		err = r.Fail(batch)
+	}
+	if err == nil {
+		r.delivered = append(r.delivered, batch...)
+		return nil
+	}
+	if pf, ok := err.(*core.PartialFailure); ok {
+		for _, e := range batch {
+			if _, failed := pf.Failed[e.ID]; !failed {
+				r.delivered = append(r.delivered, e)
+			}
+		}
+	}
+	return err
+}
+
+// Delivered returns the messages the relay confirmed, in the order it was handed them.
+// (With a partial failure the engine may still hold back some of them, and hand them
+// again later: see core.PartialFailure.)
+func (r *Recorder) Delivered() []core.Envelope {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.delivered)
+}
+
+// Batches returns how many batches the relay was handed.
+func (r *Recorder) Batches() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attempts
+}
+
+// Reset forgets what was recorded.
+func (r *Recorder) Reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.delivered, r.attempts = nil, 0
+}
+
+// FailIDs returns a Fail function that fails the messages with the given IDs with err,
+// every time they are handed over, and delivers the rest.
+func FailIDs(err error, ids ...int64) func([]core.Envelope) error {
+	return func(batch []core.Envelope) error {
+		failed := map[int64]error{}
+		for _, e := range batch {
+			if slices.Contains(ids, e.ID) {
+				failed[e.ID] = err
+			}
+		}
+		if len(failed) == 0 {
+			return nil
+		}
+		return &core.PartialFailure{Failed: failed}
+	}
+}
+
+// FailFirst returns a Fail function that fails the first n batches whole with err.
+// It is not safe for concurrent use on its own; Recorder calls it under its lock.
+func FailFirst(n int, err error) func([]core.Envelope) error {
+	return func([]core.Envelope) error {
+		if n > 0 {
+			n--
+			return err
+		}
+		return nil
+	}
+}

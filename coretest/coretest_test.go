@@ -1,0 +1,46 @@
+package coretest_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/coretest"
+)
+
+func TestRecorder(t *testing.T) {
+	ctx := context.Background()
+	boom := errors.New("boom")
+	r := &coretest.Recorder{Fail: coretest.FailFirst(1, boom)}
+	batch := []core.Envelope{{ID: 1}, {ID: 2}, {ID: 3}}
+	if err := r.Deliver(ctx, batch); !errors.Is(err, boom) {
+		t.Fatalf("first batch: %v", err)
+	}
+	if len(r.Delivered()) != 0 {
+		t.Fatalf("a failed batch was recorded")
+	}
+	if err := r.Deliver(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	r.Fail = coretest.FailIDs(boom, 2)
+	err := r.Deliver(ctx, batch)
+	var pf *core.PartialFailure
+	if !errors.As(err, &pf) || len(pf.Failed) != 1 || !errors.Is(pf.Failed[2], boom) {
+		t.Fatalf("FailIDs: %v", err)
+	}
+	var ids []int64
+	for _, e := range r.Delivered() {
+		ids = append(ids, e.ID)
+	}
+	if want := []int64{1, 2, 3, 1, 3}; len(ids) != len(want) || ids[3] != 1 || ids[4] != 3 {
+		t.Errorf("delivered %v, want %v", ids, want)
+	}
+	if r.Batches() != 3 {
+		t.Errorf("batches = %d", r.Batches())
+	}
+	r.Reset()
+	if len(r.Delivered()) != 0 || r.Batches() != 0 {
+		t.Error("Reset kept something")
+	}
+}
