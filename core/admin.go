@@ -185,7 +185,16 @@ func (o *Outboxer) setPaused(ctx context.Context, outbox string, paused bool) er
 }
 
 // ensureLeases creates the lease rows of the outbox's partitions that do not exist yet.
+// New rows are paused when asked, or when the outbox is paused already (paused by an
+// instance that knew fewer partitions).
 func (o *Outboxer) ensureLeases(ctx context.Context, ob *box, paused bool) error {
+	if !paused {
+		var n int
+		if err := o.cfg.DB.QueryRowContext(ctx, ob.sql.AnyPaused, ob.name).Scan(&n); err != nil {
+			return fmt.Errorf("outboxer: read pause of %q: %w", ob.name, err)
+		}
+		paused = n > 0
+	}
 	for p := range ob.cfg.Partitions {
 		if _, err := o.cfg.DB.ExecContext(ctx, ob.sql.EnsureLease, ob.name, p, paused); err != nil {
 			return fmt.Errorf("outboxer: create lease of %q partition %d: %w", ob.name, p, err)

@@ -380,14 +380,14 @@ func TestPauseAndResume(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
 		rec := &recorder{}
-		ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {Relay: rec, PollInterval: 10 * time.Millisecond}}})
-		// Paused by another node (a second instance on the same table).
+		ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {Relay: rec, Partitions: 3, PollInterval: 10 * time.Millisecond}}})
+		// Paused, before it ever ran, by another node that knows of one partition only.
 		admin := setup(t, db, core.Config{PublishOnly: true, Outboxes: map[string]core.OutboxConfig{"orders": {}}})
 		if err := admin.Pause(ctx, "orders"); err != nil {
 			t.Fatal(err)
 		}
 		run(t, ob)
-		publish(t, ob, db.DB, event{Seq: 1})
+		publish(t, ob, db.DB, event{Seq: 1, Group: "a"}, event{Seq: 2, Group: "b"}, event{Seq: 3, Group: "c"}, event{Seq: 4})
 		time.Sleep(300 * time.Millisecond) // thirty polls
 		if n := len(rec.delivered()); n != 0 {
 			t.Fatalf("a paused outbox delivered %d", n)
@@ -399,7 +399,7 @@ func TestPauseAndResume(t *testing.T) {
 		if err := ob.Resume(ctx, "orders"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "delivery after resume", func() bool { return len(rec.delivered()) == 1 })
+		eventually(t, 10*time.Second, "delivery after resume", func() bool { return len(rec.delivered()) == 4 })
 	})
 }
 
@@ -407,7 +407,7 @@ func TestPartitionsChangedOnALiveBacklog(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
 		two := setup(t, db, core.Config{Manual: true, Outboxes: map[string]core.OutboxConfig{"orders": {Relay: &recorder{}, Partitions: 2}}})
-		if err := two.Resume(ctx, "orders"); err != nil { // records the two partitions
+		if _, err := two.Drain(ctx, "orders"); err != nil { // its workers own both partitions once
 			t.Fatal(err)
 		}
 		for i := range 20 {
@@ -415,7 +415,10 @@ func TestPartitionsChangedOnALiveBacklog(t *testing.T) {
 		}
 		for _, n := range []int{1, 4} {
 			ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {Relay: &recorder{}, Partitions: n}}})
-			if err := ob.Run(ctx); !errors.Is(err, core.ErrRepartitioned) {
+			bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := ob.Run(bounded)
+			cancel()
+			if !errors.Is(err, core.ErrRepartitioned) {
 				t.Errorf("%d partitions: Run = %v, want ErrRepartitioned", n, err)
 			}
 		}

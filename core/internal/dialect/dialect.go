@@ -30,7 +30,7 @@ type SQL struct {
 
 	// Fixed statements.
 	AcquireLease, ReadLease, RenewLease, ReleaseLease, EnsureLease, FenceLease string
-	Pause, Resume, CountLeases, DropLeasesFrom                                 string
+	Pause, Resume, CountLeases, DropLeasesFrom, AnyPaused                      string
 	FailMessage, KillMessage                                                   string
 	Counts, ListPending, ListDead, RetryDeadAll, Prune, PartitionsInUse        string
 	LeaseStatus, PartitionStatus, MovePartitions, NotifyChannel                string
@@ -64,6 +64,7 @@ func New(kind Kind, schema, table string) *SQL {
 	// Partitions that a worker has owned at least once: rows made by Pause on an outbox that
 	// never ran do not count.
 	s.CountLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND token > 0`)
+	s.AnyPaused = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND paused = ` + s.bool(true))
 	s.DropLeasesFrom = s.p(`DELETE FROM ` + s.Leases + ` WHERE outbox = ? AND part >= ?`)
 	s.LeaseStatus = s.p(`SELECT part, owner, token, ` + s.TimeCol("expires_at") + `, paused, ` + s.TimeCol(now) + ` FROM ` + s.Leases +
 		` WHERE outbox = ? ORDER BY part`)
