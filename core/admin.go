@@ -170,7 +170,7 @@ func (o *Outboxer) setPaused(ctx context.Context, outbox string, paused bool) er
 	if err != nil {
 		return err
 	}
-	if err := o.ensureLeases(ctx, ob, paused); err != nil {
+	if err := o.ensureLeases(ctx, ob, paused, false); err != nil {
 		return err
 	}
 	q := ob.sql.Resume
@@ -187,7 +187,10 @@ func (o *Outboxer) setPaused(ctx context.Context, outbox string, paused bool) er
 // ensureLeases creates the lease rows of the outbox's partitions that do not exist yet.
 // New rows are paused when asked, or when the outbox is paused already (paused by an
 // instance that knew fewer partitions).
-func (o *Outboxer) ensureLeases(ctx context.Context, ob *box, paused bool) error {
+//
+// Rows made for a run (forRun) record the partition count, which the next run checks;
+// rows made by an admin operation do not, until a run claims them.
+func (o *Outboxer) ensureLeases(ctx context.Context, ob *box, paused, forRun bool) error {
 	if !paused {
 		var n int
 		if err := o.cfg.DB.QueryRowContext(ctx, ob.sql.AnyPaused, ob.name).Scan(&n); err != nil {
@@ -195,9 +198,18 @@ func (o *Outboxer) ensureLeases(ctx context.Context, ob *box, paused bool) error
 		}
 		paused = n > 0
 	}
+	token := -1
+	if forRun {
+		token = 0
+	}
 	for p := range ob.cfg.Partitions {
-		if _, err := o.cfg.DB.ExecContext(ctx, ob.sql.EnsureLease, ob.name, p, paused); err != nil {
+		if _, err := o.cfg.DB.ExecContext(ctx, ob.sql.EnsureLease, ob.name, p, token, paused); err != nil {
 			return fmt.Errorf("outboxer: create lease of %q partition %d: %w", ob.name, p, err)
+		}
+	}
+	if forRun {
+		if _, err := o.cfg.DB.ExecContext(ctx, ob.sql.ClaimLeases, ob.name, ob.cfg.Partitions); err != nil {
+			return fmt.Errorf("outboxer: claim leases of %q: %w", ob.name, err)
 		}
 	}
 	return nil

@@ -31,7 +31,7 @@ func (o *Outboxer) Drain(ctx context.Context, outbox string) (DrainResult, error
 	if err := o.checkPartitions(ctx, ob); err != nil {
 		return DrainResult{}, err
 	}
-	if err := o.ensureLeases(ctx, ob, false); err != nil {
+	if err := o.ensureLeases(ctx, ob, false, true); err != nil {
 		return DrainResult{}, err
 	}
 	var res DrainResult

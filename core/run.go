@@ -81,7 +81,7 @@ func (o *Outboxer) prepareRun(ctx context.Context) error {
 		if err := o.checkPartitions(ctx, ob); err != nil {
 			return err
 		}
-		if err := o.ensureLeases(ctx, ob, ob.cfg.Paused); err != nil {
+		if err := o.ensureLeases(ctx, ob, ob.cfg.Paused, true); err != nil {
 			return err
 		}
 		if ob.cfg.Paused {

@@ -30,7 +30,7 @@ type SQL struct {
 
 	// Fixed statements.
 	AcquireLease, ReadLease, RenewLease, ReleaseLease, EnsureLease, FenceLease string
-	Pause, Resume, CountLeases, DropLeasesFrom, AnyPaused                      string
+	Pause, Resume, CountLeases, DropLeasesFrom, AnyPaused, ClaimLeases         string
 	FailMessage, KillMessage                                                   string
 	Counts, ListPending, ListDead, RetryDeadAll, Prune, PartitionsInUse        string
 	LeaseStatus, PartitionStatus, MovePartitions, NotifyChannel                string
@@ -50,7 +50,11 @@ func New(kind Kind, schema, table string) *SQL {
 	now := s.Now()
 	cols := s.envelopeColumns()
 
-	s.EnsureLease = s.p(s.insertIgnore(s.Leases, "outbox, part, owner, token, expires_at, paused", "?, ?, '', 0, "+s.zeroTime()+", ?"))
+	// EnsureLease creates a partition's row. Run creates rows with token 0; Pause on an
+	// outbox that never ran creates them with token -1, so that they do not count as
+	// partitions a run had (CountLeases), until a run claims them (ClaimLeases).
+	s.EnsureLease = s.p(s.insertIgnore(s.Leases, "outbox, part, owner, token, expires_at, paused", "?, ?, '', ?, "+s.zeroTime()+", ?"))
+	s.ClaimLeases = s.p(`UPDATE ` + s.Leases + ` SET token = 0 WHERE outbox = ? AND part < ? AND token < 0`)
 	s.AcquireLease = s.p(`UPDATE ` + s.Leases + ` SET owner = ?, token = token + 1, expires_at = ` + s.NowPlus("?") +
 		` WHERE outbox = ? AND part = ? AND expires_at < ` + now)
 	s.ReadLease = s.p(`SELECT token, paused FROM ` + s.Leases + ` WHERE outbox = ? AND part = ? AND owner = ?`)
@@ -61,9 +65,9 @@ func New(kind Kind, schema, table string) *SQL {
 	s.ReleaseLease = s.p(`UPDATE ` + s.Leases + ` SET owner = '', expires_at = ` + s.zeroTime() + ` WHERE outbox = ? AND part = ? AND owner = ?`)
 	s.Pause = s.p(`UPDATE ` + s.Leases + ` SET paused = ` + s.bool(true) + ` WHERE outbox = ?`)
 	s.Resume = s.p(`UPDATE ` + s.Leases + ` SET paused = ` + s.bool(false) + ` WHERE outbox = ?`)
-	// Partitions that a worker has owned at least once: rows made by Pause on an outbox that
-	// never ran do not count.
-	s.CountLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND token > 0`)
+	// The partitions the last run had: rows made by Pause on an outbox that never ran do
+	// not count.
+	s.CountLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND token >= 0`)
 	s.AnyPaused = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND paused = ` + s.bool(true))
 	s.DropLeasesFrom = s.p(`DELETE FROM ` + s.Leases + ` WHERE outbox = ? AND part >= ?`)
 	s.LeaseStatus = s.p(`SELECT part, owner, token, ` + s.TimeCol("expires_at") + `, paused, ` + s.TimeCol(now) + ` FROM ` + s.Leases +

@@ -1,0 +1,185 @@
+package core
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+type nopRelay struct{}
+
+func (nopRelay) Deliver(context.Context, []Envelope) error { return nil }
+
+func TestValidateNamesTheOption(t *testing.T) {
+	base := func() Config {
+		return Config{DB: new(sql.DB), Dialect: Postgres, Outboxes: map[string]OutboxConfig{"orders": {Relay: nopRelay{}}}}
+	}
+	cases := []struct {
+		field string
+		edit  func(*Config)
+	}{
+		{"DB", func(c *Config) { c.DB = nil }},
+		{"Dialect", func(c *Config) { c.Dialect = "oracle" }},
+		{"Table", func(c *Config) { c.Table = `x"; DROP TABLE y;--` }},
+		{"Schema", func(c *Config) { c.Schema = "1bad" }},
+		{"Schema", func(c *Config) { c.Dialect, c.Schema = SQLite, "s" }},
+		{"Notify", func(c *Config) { c.Dialect, c.Notify = MySQL, true }},
+		{"Manual", func(c *Config) { c.Manual, c.PublishOnly = true, true }},
+		{"LeaseDuration", func(c *Config) { c.LeaseDuration = time.Millisecond }},
+		{"Outboxes", func(c *Config) { c.Outboxes = nil }},
+		{`Outboxes["orders"].Relay`, func(c *Config) { c.Outboxes["orders"] = OutboxConfig{} }},
+		{`Outboxes["orders"].Partitions`, func(c *Config) { c.Outboxes["orders"] = OutboxConfig{Relay: nopRelay{}, Partitions: -1} }},
+		{`Outboxes["orders"].Partitions`, func(c *Config) {
+			c.Outboxes["orders"] = OutboxConfig{Relay: nopRelay{}, Ordering: OrderTotal, Partitions: 2}
+		}},
+		{`Outboxes["orders"].Ordering`, func(c *Config) { c.Outboxes["orders"] = OutboxConfig{Relay: nopRelay{}, Ordering: 9} }},
+		{`Outboxes["orders"].BatchSize`, func(c *Config) { c.Outboxes["orders"] = OutboxConfig{Relay: nopRelay{}, BatchSize: MaxBatchSize + 1} }},
+		{`Outboxes["orders"].PollInterval`, func(c *Config) {
+			c.Outboxes["orders"] = OutboxConfig{Relay: nopRelay{}, PollInterval: time.Microsecond}
+		}},
+		{`Outboxes["orders"].MaxAttempts`, func(c *Config) { c.Outboxes["orders"] = OutboxConfig{Relay: nopRelay{}, MaxAttempts: -1} }},
+		{`Outboxes["orders"].Backoff`, func(c *Config) {
+			c.Outboxes["orders"] = OutboxConfig{Relay: nopRelay{}, Backoff: Backoff{Min: time.Minute, Max: time.Second}}
+		}},
+		{`Outboxes["orders"].Retention`, func(c *Config) { c.Outboxes["orders"] = OutboxConfig{Relay: nopRelay{}, Retention: KeepFor(-1)} }},
+		{`Outboxes["orders"].DeliveryTimeout`, func(c *Config) {
+			c.Outboxes["orders"] = OutboxConfig{Relay: nopRelay{}, DeliveryTimeout: time.Minute}
+		}},
+		{`Outboxes["orders"].Table`, func(c *Config) { c.Outboxes["orders"] = OutboxConfig{Relay: nopRelay{}, Table: "a b"} }},
+	}
+	for _, tc := range cases {
+		cfg := base()
+		tc.edit(&cfg)
+		c := cfg.withDefaults()
+		err := c.validate()
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != tc.field || !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: got %v", tc.field, err)
+		}
+	}
+	cfg := base()
+	cfg.PublishOnly = true
+	cfg.Outboxes["orders"] = OutboxConfig{} // no relay needed
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		t.Errorf("publish-only without a relay: %v", err)
+	}
+}
+
+func TestDefaultsAreTheReferences(t *testing.T) {
+	c := (&Config{Outboxes: map[string]OutboxConfig{"o": {}}}).withDefaults()
+	ob := c.Outboxes["o"]
+	if c.Name != "outboxer" || c.Table != "outboxer_messages" || c.PruneInterval != time.Minute || c.Notify || c.PublishOnly || c.Manual || c.RequireTransaction {
+		t.Errorf("instance defaults: %+v", c)
+	}
+	if ob.Ordering != OrderGroup || ob.Partitions != 1 || ob.BatchSize != 100 || ob.PollInterval != time.Second ||
+		ob.MaxAttempts != 0 || ob.Backoff.Min != time.Second || ob.Backoff.Max != time.Minute || ob.Retention.Keep() != 0 || ob.SerializeWrites {
+		t.Errorf("outbox defaults: %+v", ob)
+	}
+	if ob.DeliveryTimeout != 10*time.Second || c.LeaseDuration != 20*time.Second {
+		t.Errorf("timeouts: %v %v", ob.DeliveryTimeout, c.LeaseDuration)
+	}
+}
+
+func TestBackoffStaysWithinBounds(t *testing.T) {
+	b := Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	for attempt := 1; attempt <= 80; attempt++ {
+		for range 50 {
+			d := b.Delay(attempt)
+			if d < b.Min || d > b.Max {
+				t.Fatalf("attempt %d: %v outside [%v, %v]", attempt, d, b.Min, b.Max)
+			}
+		}
+	}
+	// It grows: the ceiling of attempt 3 is 400ms, of attempt 10 the maximum.
+	if d := b.Delay(3); d > 400*time.Millisecond {
+		t.Errorf("attempt 3: %v", d)
+	}
+	high := 0
+	for range 100 {
+		if b.Delay(10) >= time.Second {
+			high++
+		}
+	}
+	if high != 100 {
+		t.Errorf("attempt 10 below Max/2 %d times in 100", 100-high)
+	}
+	f := Backoff{Func: func(n int) time.Duration { return time.Duration(n) * time.Second }}
+	if f.Delay(3) != 3*time.Second {
+		t.Errorf("Func backoff: %v", f.Delay(3))
+	}
+}
+
+func TestPartitionForIsStable(t *testing.T) {
+	// These values are a contract: rows written by one version are read by another.
+	for key, want := range map[string]int{"order:1": 2, "order:2": 7, "customer:9": 0, "": 5} {
+		if got := PartitionFor(key, 8); got != want {
+			t.Errorf("PartitionFor(%q, 8) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+func TestPartialFailureAndPermanent(t *testing.T) {
+	root := errors.New("rejected")
+	pf := &PartialFailure{Failed: map[int64]error{7: root, 3: Permanent(root)}}
+	if !errors.Is(pf, root) || !errors.Is(pf, ErrPermanent) {
+		t.Errorf("PartialFailure does not unwrap to its errors")
+	}
+	if got := pf.Error(); got != "outboxer: 2 message(s) not delivered: 3 (rejected) 7 (rejected)" {
+		t.Errorf("Error() = %q", got)
+	}
+	if Permanent(nil) != nil {
+		t.Error("Permanent(nil) is not nil")
+	}
+	p := Permanent(root)
+	if Permanent(p) != p || p.Error() != "rejected" {
+		t.Error("Permanent wraps twice or changes the message")
+	}
+}
+
+func TestMigrationSQL(t *testing.T) {
+	for _, d := range []Dialect{Postgres, SQLite, MySQL} {
+		up, down, err := MigrationSQL(MigrateOptions{Dialect: d, Table: "order_outbox"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"CREATE TABLE IF NOT EXISTS", "order_outbox", "order_outbox_leases", "order_outbox_pending"} {
+			if !strings.Contains(up, want) {
+				t.Errorf("%s up lacks %q", d, want)
+			}
+		}
+		if !strings.Contains(down, "DROP TABLE IF EXISTS") {
+			t.Errorf("%s down: %s", d, down)
+		}
+	}
+	up, _, _ := MigrationSQL(MigrateOptions{Dialect: Postgres, Schema: "billing"})
+	if !strings.Contains(up, `CREATE SCHEMA IF NOT EXISTS "billing"`) || !strings.Contains(up, `"billing"."outboxer_messages"`) {
+		t.Errorf("schema not used:\n%s", up)
+	}
+	if _, _, err := MigrationSQL(MigrateOptions{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("no dialect: %v", err)
+	}
+}
+
+type named struct{}
+
+func (named) Outbox() string { return "o" }
+
+type typed struct{ named }
+
+func (typed) MessageType() string { return "shop.OrderPlaced" }
+
+func TestMessageType(t *testing.T) {
+	if got := messageType(named{}); got != "core.named" {
+		t.Errorf("default type = %q", got)
+	}
+	if got := messageType(&named{}); got != "core.named" {
+		t.Errorf("pointer type = %q", got)
+	}
+	if got := messageType(typed{}); got != "shop.OrderPlaced" {
+		t.Errorf("Typer = %q", got)
+	}
+}

@@ -1,0 +1,91 @@
+// Package core is Outboxer's engine and public API: a transactional outbox for Go.
+//
+// A service writes a message into an outbox table in the same database transaction as its
+// business data. The message exists if and only if that transaction commits. Outboxer then
+// relays it to a broker (Kafka, SQS, Watermill, River, or any Relay), in order per group
+// key, retrying until it gets through.
+//
+// # Setting up
+//
+// Create the tables once, with Migrate (or apply MigrationSQL's text with your migration
+// tool), then describe the outboxes:
+//
+//	err := core.Migrate(ctx, db, core.MigrateOptions{})
+//	ob, err := core.New(core.Config{
+//		DB: db, // *sql.DB: PostgreSQL (pgx), MariaDB (go-sql-driver/mysql) or SQLite
+//		Outboxes: map[string]core.OutboxConfig{
+//			"orders": {Relay: kafkaRelay, Partitions: 4, MaxAttempts: 10},
+//		},
+//	})
+//	go ob.Run(ctx) // delivers until ctx is done
+//
+// New validates everything and returns a *ConfigError naming the option it refuses.
+//
+// # Publishing
+//
+// A message is any value with an Outbox method; GroupKey, Headers and MessageType are
+// optional. Publish it with the transaction of the business write:
+//
+//	tx, _ := db.BeginTx(ctx, nil)
+//	tx.ExecContext(ctx, `INSERT INTO orders ...`)
+//	env, err := ob.Publish(ctx, tx, OrderPlaced{ID: 42}, core.WithHeaders(h))
+//	tx.Commit()
+//
+// InTx does the same with rollback on error or panic, and wakes the relay at commit.
+// PublishAll writes many messages in one INSERT. On a handle that is not a transaction
+// the message is stored on its own, unless Config.RequireTransaction is set. Publishing
+// never waits for a broker.
+//
+// # How order is kept
+//
+// Every message gets an increasing ID. Its group key is hashed (PartitionFor) to one of
+// the outbox's partitions. Each partition has one worker in the whole cluster, holding a
+// lease in the database; the worker hands the partition's pending messages to the relay in
+// ID order and removes them only once the relay confirmed them. So within a group,
+// message n+1 never reaches the relay before message n was confirmed. The confirmation
+// runs in a transaction that first checks the lease: a worker that lost its partition (a
+// pause, a network split) changes nothing, and the next owner delivers the batch again.
+// A crash costs at most one batch delivered twice, in order.
+//
+// Ordering modes (OutboxConfig.Ordering): OrderGroup (the default) keeps order per group
+// key, and messages without a key neither block nor are blocked; OrderTotal keeps one
+// order for the outbox (one partition; a failure stops everything behind it); OrderNone
+// keeps none.
+//
+// # When a message fails
+//
+// A failed message gets its attempts counted, its error kept, and a retry time (Backoff,
+// exponential from 1 s to 60 s by default). Until then its group waits; every other group
+// flows. With MaxAttempts 0 (the default) it is retried forever: order is never broken, and
+// the group stays blocked until the message goes through or you Discard it. With
+// MaxAttempts n it becomes Dead after n failures and its group moves on; RetryDead puts it
+// back with its old ID. A relay error wrapped with Permanent is dead at once.
+//
+// # Operations
+//
+// Counts, ListPending, ListDead, Discard, RetryDead, Pause, Resume and Status work on any
+// instance, also a PublishOnly one, and act on every node sharing the table. The
+// outboxer command does the same from a shell.
+//
+// # Several nodes
+//
+// Start the same outboxes on every node. Nodes that only publish set PublishOnly; they
+// start nothing and need no relay. Relay nodes share the partitions: a crashed node's
+// partitions are taken over within about LeaseDuration + LeaseDuration/4 (25 s by
+// default), a node that stops gracefully hands them over at once. With Notify (PostgreSQL
+// and the pgx driver), a commit wakes the partition's worker on whichever node it runs;
+// otherwise workers poll every PollInterval, and a publish through the same instance wakes
+// its own workers.
+//
+// # Testing
+//
+// With Manual set, nothing runs in the background: Drain delivers what is deliverable,
+// synchronously. Package coretest has recording and failing relays; package sinktest
+// checks a Relay of your own against the rules above.
+//
+// # Telemetry
+//
+// Hooks receive the events publish, batch start/stop/exception, message retry, message
+// dead and prune, with the reference's metadata. The engine logs through Config.Logger
+// (log/slog): failures at Info, dead messages and lost partitions at Warn.
+package core
