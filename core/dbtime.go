@@ -9,8 +9,9 @@ import (
 )
 
 const (
-	dialectKindSQLite = dialect.SQLite
-	dialectKindMySQL  = dialect.MySQL
+	dialectKindPostgres = dialect.Postgres
+	dialectKindSQLite   = dialect.SQLite
+	dialectKindMySQL    = dialect.MySQL
 )
 
 // dbTime scans a time column: a time.Time (PostgreSQL) or microseconds since the epoch

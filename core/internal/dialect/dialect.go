@@ -400,6 +400,23 @@ func (s *SQL) MarkDelivered(ids []int64) (string, []any) {
 	return s.p(`UPDATE ` + s.Messages + ` SET state = 1, delivered_at = ` + s.Now() + ` WHERE state = 0 AND ` + cond), args
 }
 
+// ConfirmAll (PostgreSQL) extends the lease of (outbox, part) if its token still matches
+// and, only then, deletes the given pending messages (or marks them delivered, with keep).
+// Its first four arguments are the lease duration in microseconds, the outbox, the
+// partition and the token; it returns whether the lease held (1 or 0) and how many rows
+// it changed. The lease row stays locked until the statement ends, so a takeover either
+// waits for it or makes it change nothing.
+func (s *SQL) ConfirmAll(ids []int64, keep bool) (string, []any) {
+	cond, args := s.IDList(ids)
+	change := `DELETE FROM ` + s.Messages + ` WHERE state = 0 AND ` + cond
+	if keep {
+		change = `UPDATE ` + s.Messages + ` SET state = 1, delivered_at = now() WHERE state = 0 AND ` + cond
+	}
+	return s.p(`WITH l AS (UPDATE ` + s.Leases + ` SET expires_at = ` + s.NowPlus("?") +
+		` WHERE outbox = ? AND part = ? AND token = ? RETURNING 1), d AS (` + change +
+		` AND EXISTS (SELECT 1 FROM l) RETURNING 1) SELECT (SELECT COUNT(*) FROM l), (SELECT COUNT(*) FROM d)`), args
+}
+
 // RetryDeadIDs revives dead messages of an outbox by ID.
 func (s *SQL) RetryDeadIDs(outbox string, ids []int64) (string, []any) {
 	cond, args := s.IDList(ids)
