@@ -44,3 +44,7 @@ tidy:
 
 quickstart:
 	go run ./examples/quickstart
+
+## bench: the benchmark program; writes BENCHMARKS.md and bench/results.json (not part of test)
+bench: services
+	cd bench && go run . $(BENCHFLAGS)
