@@ -9,6 +9,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -122,20 +124,26 @@ func run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer consumer.Close()
-	for seen := 0; seen < 3; {
+	var records []*kgo.Record
+	for len(records) < 3 {
 		fetches := consumer.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		fetches.EachRecord(func(r *kgo.Record) {
-			seen++
-			headers := map[string]string{}
-			for _, h := range r.Headers {
-				headers[h.Key] = string(h.Value)
-			}
-			fmt.Fprintf(out, "partition %d key %s id %s type %s value %s\n", r.Partition, r.Key,
-				headers[kafka.HeaderID], headers[kafka.HeaderType], r.Value)
-		})
+		fetches.EachRecord(func(r *kgo.Record) { records = append(records, r) })
+	}
+	// Kafka orders records within a partition only; print them by partition and offset so
+	// that the output is the same on every run.
+	slices.SortFunc(records, func(a, b *kgo.Record) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	})
+	for _, r := range records {
+		headers := map[string]string{}
+		for _, h := range r.Headers {
+			headers[h.Key] = string(h.Value)
+		}
+		fmt.Fprintf(out, "partition %d offset %d key %s id %s type %s value %s\n", r.Partition, r.Offset, r.Key,
+			headers[kafka.HeaderID], headers[kafka.HeaderType], r.Value)
 	}
 	return nil
 }
