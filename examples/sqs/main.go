@@ -24,6 +24,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -123,7 +125,9 @@ func run(ctx context.Context, out io.Writer, endpoint string) error {
 	}
 	fmt.Fprintf(out, "delivered %d, failed %d, dead %d\n", res.Delivered, res.Failed, res.Dead)
 
-	for received := 0; received < res.Delivered; {
+	type received struct{ id, group, typ, body string }
+	var got []received
+	for len(got) < res.Delivered {
 		msgs, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
 			MessageAttributeNames: []string{"All"},
@@ -132,14 +136,18 @@ func run(ctx context.Context, out io.Writer, endpoint string) error {
 			return err
 		}
 		for _, m := range msgs.Messages {
-			received++
 			attr := func(name string) string { return aws.ToString(m.MessageAttributes[name].StringValue) }
-			fmt.Fprintf(out, "id %s group %s type %s body %s\n", attr(outboxsqs.AttrID), attr(outboxsqs.AttrGroupKey),
-				attr(outboxsqs.AttrType), aws.ToString(m.Body))
+			got = append(got, received{attr(outboxsqs.AttrID), attr(outboxsqs.AttrGroupKey), attr(outboxsqs.AttrType), aws.ToString(m.Body)})
 			if _, err := client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle}); err != nil {
 				return err
 			}
 		}
+	}
+	// A FIFO queue keeps order within a message group only: print group by group, each in
+	// the order it was received, so that the output is the same on every run.
+	slices.SortStableFunc(got, func(a, b received) int { return strings.Compare(a.group, b.group) })
+	for _, r := range got {
+		fmt.Fprintf(out, "id %s group %s type %s body %s\n", r.id, r.group, r.typ, r.body)
 	}
 	return nil
 }
