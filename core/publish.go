@@ -289,10 +289,17 @@ func (o *Outboxer) write(ctx context.Context, db Executor, rows []row, locks []i
 func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {
 	s := rows[0].ob.sql
 	notify := o.cfg.Notify
-	q := s.Insert(len(rows), notify)
+	delayed := false
+	for _, r := range rows {
+		delayed = delayed || r.delay > 0
+	}
+	q := s.Insert(len(rows), delayed, notify)
 	args := make([]any, 0, len(rows)*7+2)
 	for _, r := range rows {
-		args = append(args, r.env.Outbox, r.env.Type, r.env.GroupKey, r.env.Partition, r.env.Payload, r.headers, r.delay)
+		args = append(args, r.env.Outbox, r.env.Type, r.env.GroupKey, r.env.Partition, r.env.Payload, r.headers)
+		if delayed {
+			args = append(args, r.delay)
+		}
 	}
 	if notify {
 		payload := rows[0].env.Outbox

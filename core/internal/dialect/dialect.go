@@ -198,20 +198,28 @@ func (s *SQL) envelopeColumns() string {
 // EnvelopeColumns are the columns of a stored envelope, for ScanEnvelope.
 func (s *SQL) EnvelopeColumns() string { return s.envelopeColumns() }
 
-// Insert returns an INSERT of n rows, each taking (outbox, type, group_key, part, payload,
-// headers, delay in microseconds), that returns id, created_at and available_at per row.
+// Insert returns an INSERT of n rows that returns id, created_at and available_at per
+// row. Each row takes (outbox, type, group_key, part, payload, headers), and with delayed
+// also a delay in microseconds; without it, the column defaults (the database clock)
+// give created_at and available_at, which keeps the statement short.
 // With notify, the statement also sends one notification on NotifyChannel with the
 // given payload (PostgreSQL only; notifications are sent at commit, once per payload).
-func (s *SQL) Insert(n int, notify bool) string {
+func (s *SQL) Insert(n int, delayed, notify bool) string {
 	var b strings.Builder
 	b.WriteString(`INSERT INTO `)
 	b.WriteString(s.Messages)
-	b.WriteString(` (outbox, type, group_key, part, payload, headers, created_at, available_at) VALUES `)
+	row := `(?, ?, ?, ?, ?, ?)`
+	if delayed {
+		b.WriteString(` (outbox, type, group_key, part, payload, headers, created_at, available_at) VALUES `)
+		row = `(?, ?, ?, ?, ?, ?, ` + s.Now() + `, ` + s.NowPlus("?") + `)`
+	} else {
+		b.WriteString(` (outbox, type, group_key, part, payload, headers) VALUES `)
+	}
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(`(?, ?, ?, ?, ?, ?, ` + s.Now() + `, ` + s.NowPlus("?") + `)`)
+		b.WriteString(row)
 	}
 	b.WriteString(` RETURNING id, ` + s.TimeCol("created_at") + `, ` + s.TimeCol("available_at"))
 	if notify && s.Kind == Postgres {
