@@ -485,3 +485,74 @@ func TestCombineCallsEachHookInOrder(t *testing.T) {
 		t.Error("Combine() should handle nothing")
 	}
 }
+
+// TestConcurrentPartitions runs an instance with four partitions delivering at once:
+// every batch's span is ended by its own partition's stop, and the counts add up.
+func TestConcurrentPartitions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := dbtest.SQLite(t)
+	tel := newTelemetry(t)
+	rec := &coretest.Recorder{}
+	ob, err := core.New(core.Config{
+		DB: db.DB, Logger: quiet, Hooks: tel.hooks(t),
+		Outboxes: map[string]core.OutboxConfig{"orders": {
+			Relay: rec, Partitions: 4, BatchSize: 10, PollInterval: 5 * time.Millisecond,
+		}},
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := ob.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	const n = 200
+	msgs := make([]core.Message, n)
+	for i := range msgs {
+		msgs[i] = event{Box: "orders", Group: "g" + itoa(i%16), Seq: i}
+	}
+	if _, err := ob.PublishAll(ctx, db.DB, msgs); err != nil {
+		t.Fatalf("PublishAll: %v", err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ob.Run(runCtx) }()
+	for deadline := time.Now().Add(30 * time.Second); len(rec.Delivered()) < n && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond) // polling a condition, bounded by the deadline
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := len(rec.Delivered()); got != n {
+		t.Fatalf("delivered %d, want %d", got, n)
+	}
+
+	rm := tel.collect(t)
+	checkSeries(t, rm, outboxerotel.MetricPublished, map[string]int64{"orders": n}, outboxerotel.AttrOutbox)
+	checkSeries(t, rm, outboxerotel.MetricDelivered, map[string]int64{"orders": n}, outboxerotel.AttrOutbox)
+	checkSeries(t, rm, outboxerotel.MetricBatchSize, map[string]int64{"orders": n}, outboxerotel.AttrOutbox)
+
+	started, ended := tel.spans.Started(), tel.spans.Ended()
+	if len(started) != len(ended) {
+		t.Fatalf("%d spans started, %d ended", len(started), len(ended))
+	}
+	var sum int64
+	parts := map[int64]bool{}
+	for _, s := range ended {
+		sum += spanAttr(s, outboxerotel.AttrDelivered).AsInt64()
+		parts[spanAttr(s, outboxerotel.AttrPartition).AsInt64()] = true
+		if c := spanAttr(s, outboxerotel.AttrCount).AsInt64(); c != spanAttr(s, outboxerotel.AttrDelivered).AsInt64() {
+			t.Errorf("a span of %d messages says %d delivered", c, spanAttr(s, outboxerotel.AttrDelivered).AsInt64())
+		}
+		if s.Status().Code != codes.Unset {
+			t.Errorf("span status %+v, want unset", s.Status())
+		}
+	}
+	if sum != n || len(ended) != int(series(t, rm, outboxerotel.MetricBatchDuration)[""]) {
+		t.Errorf("spans delivered %d in %d spans, want %d in as many spans as batches", sum, len(ended), n)
+	}
+	if len(parts) != 4 {
+		t.Errorf("spans from partitions %v, want all four", parts)
+	}
+}
