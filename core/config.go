@@ -107,7 +107,8 @@ func (b Backoff) Delay(attempts int) time.Duration {
 }
 
 // Hooks receive the engine's telemetry events. Every field is optional; hooks run on the
-// goroutine that raised the event, so they must be quick. See package otel for a bridge.
+// goroutine that raised the event, so they must be quick. Package outboxerotel (module
+// github.com/outboxer-go/outboxer/otel) turns them into OpenTelemetry metrics and spans.
 type Hooks struct {
 	OnPublish        func(PublishEvent)
 	OnBatchStart     func(BatchEvent)
@@ -142,13 +143,14 @@ type BatchEvent struct {
 
 // MessageEvent: one message failed; it will be retried (OnRetry) or is now dead (OnDead).
 type MessageEvent struct {
-	Name     string
-	Outbox   string
-	ID       int64
-	Type     string
-	GroupKey string
-	Attempt  int
-	Err      error
+	Name      string
+	Outbox    string
+	Partition int
+	ID        int64
+	Type      string
+	GroupKey  string
+	Attempt   int
+	Err       error
 }
 
 // PruneEvent: delivered messages past their retention were removed.

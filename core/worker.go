@@ -541,13 +541,13 @@ func (w *worker) report(out outcome) {
 	for _, f := range out.failed {
 		w.log.Info("outboxer: delivery failed, will retry", "id", f.env.ID, "attempt", f.env.Attempts+1, "retry_in", f.delay, "err", f.err)
 		if hooks.OnRetry != nil {
-			hooks.OnRetry(MessageEvent{Name: name, Outbox: w.ob.name, ID: f.env.ID, Type: f.env.Type, GroupKey: f.env.GroupKey, Attempt: f.env.Attempts + 1, Err: f.err})
+			hooks.OnRetry(MessageEvent{Name: name, Outbox: w.ob.name, Partition: w.part, ID: f.env.ID, Type: f.env.Type, GroupKey: f.env.GroupKey, Attempt: f.env.Attempts + 1, Err: f.err})
 		}
 	}
 	for _, f := range out.dead {
 		w.log.Warn("outboxer: message dead", "id", f.env.ID, "attempt", f.env.Attempts+1, "err", f.err)
 		if hooks.OnDead != nil {
-			hooks.OnDead(MessageEvent{Name: name, Outbox: w.ob.name, ID: f.env.ID, Type: f.env.Type, GroupKey: f.env.GroupKey, Attempt: f.env.Attempts + 1, Err: f.err})
+			hooks.OnDead(MessageEvent{Name: name, Outbox: w.ob.name, Partition: w.part, ID: f.env.ID, Type: f.env.Type, GroupKey: f.env.GroupKey, Attempt: f.env.Attempts + 1, Err: f.err})
 		}
 	}
 }

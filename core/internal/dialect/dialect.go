@@ -270,8 +270,10 @@ func (s *SQL) Fetch(outbox string, part, limit int, mode Mode, excl []Exclusion,
 	var b strings.Builder
 	now := s.Now()
 	args := []any{outbox, part}
+	// The table is aliased m: the subqueries below read columns named like its own
+	// (json_each has an id column).
 	b.WriteString(`SELECT ` + s.envelopeColumns() + `, available_at <= ` + now + `, ` + s.TimeCol(now) +
-		` FROM ` + s.Messages + ` WHERE outbox = ? AND part = ? AND state = 0`)
+		` FROM ` + s.Messages + ` AS m WHERE outbox = ? AND part = ? AND state = 0`)
 	switch mode {
 	case Unordered:
 		b.WriteString(` AND available_at <= ` + now)
@@ -312,14 +314,14 @@ func (s *SQL) excluded(excl []Exclusion) (string, []any) {
 		for i, e := range excl {
 			groups[i], froms[i] = e.Group, e.From
 		}
-		return `SELECT 1 FROM unnest(?::text[], ?::bigint[]) AS x(g, f) WHERE x.g = group_key AND id >= x.f`,
+		return `SELECT 1 FROM unnest(?::text[], ?::bigint[]) AS x(g, f) WHERE x.g = m.group_key AND m.id >= x.f`,
 			[]any{pgTextArray(groups), pgIntArray(froms)}
 	case SQLite:
-		return `SELECT 1 FROM json_each(?) AS x WHERE x.value ->> 0 = group_key AND id >= x.value ->> 1`,
+		return `SELECT 1 FROM json_each(?) AS x WHERE x.value ->> 0 = m.group_key AND m.id >= x.value ->> 1`,
 			[]any{jsonPairs(excl)}
 	}
 	return `SELECT 1 FROM JSON_TABLE(?, '$[*]' COLUMNS (g VARCHAR(255) PATH '$[0]', f BIGINT PATH '$[1]')) AS x` +
-		` WHERE x.g COLLATE utf8mb4_bin = group_key AND id >= x.f`, []any{jsonPairs(excl)}
+		` WHERE x.g COLLATE utf8mb4_bin = m.group_key AND m.id >= x.f`, []any{jsonPairs(excl)}
 }
 
 func jsonPairs(excl []Exclusion) string {
