@@ -18,12 +18,18 @@ import (
 	"github.com/outboxer-go/outboxer/core"
 )
 
-// Recorder is a Relay that records every message it is handed and confirms them all,
-// unless Fail, when set, returns an error for a batch (nil, a *core.PartialFailure, or
-// any error). It is safe for concurrent use.
+// Recorder is a Relay that records the messages it confirms, unless Fail, when set,
+// returns an error for a batch (nil, a *core.PartialFailure, or any error). It is safe for
+// concurrent use.
+//
+// It records what the engine counts as delivered: after a partial failure, not the failed
+// messages and not the later messages of a failed one's group in the batch (with
+// OrderTotal, nothing after the first failure), which the engine hands over again later.
 type Recorder struct {
 	// Fail decides the result of each batch; nil means every batch is delivered.
 	Fail func(batch []core.Envelope) error
+	// Ordering of the outbox the recorder relays, for the rule above. Default OrderGroup.
+	Ordering core.Ordering
 
 	mu        sync.Mutex
 	delivered []core.Envelope
@@ -44,18 +50,30 @@ func (r *Recorder) Deliver(ctx context.Context, batch []core.Envelope) error {
 		return nil
 	}
 	if pf, ok := err.(*core.PartialFailure); ok {
+		stopped := map[string]bool{}
 		for _, e := range batch {
-			if _, failed := pf.Failed[e.ID]; !failed {
-				r.delivered = append(r.delivered, e)
+			g := e.GroupKey
+			switch r.Ordering {
+			case core.OrderTotal:
+				g = "all"
+			case core.OrderNone:
+				g = ""
 			}
+			if g != "" && stopped[g] {
+				continue
+			}
+			if _, failed := pf.Failed[e.ID]; failed {
+				stopped[g] = true
+				continue
+			}
+			r.delivered = append(r.delivered, e)
 		}
 	}
 	return err
 }
 
-// Delivered returns the messages the relay confirmed, in the order it was handed them.
-// (With a partial failure the engine may still hold back some of them, and hand them
-// again later: see core.PartialFailure.)
+// Delivered returns the messages the engine counts as delivered, in the order the relay
+// was handed them.
 func (r *Recorder) Delivered() []core.Envelope {
 	r.mu.Lock()
 	defer r.mu.Unlock()

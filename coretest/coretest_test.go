@@ -13,7 +13,7 @@ func TestRecorder(t *testing.T) {
 	ctx := context.Background()
 	boom := errors.New("boom")
 	r := &coretest.Recorder{Fail: coretest.FailFirst(1, boom)}
-	batch := []core.Envelope{{ID: 1}, {ID: 2}, {ID: 3}}
+	batch := []core.Envelope{{ID: 1, GroupKey: "a"}, {ID: 2, GroupKey: "b"}, {ID: 3, GroupKey: "a"}}
 	if err := r.Deliver(ctx, batch); !errors.Is(err, boom) {
 		t.Fatalf("first batch: %v", err)
 	}
@@ -38,6 +38,13 @@ func TestRecorder(t *testing.T) {
 	}
 	if r.Batches() != 3 {
 		t.Errorf("batches = %d", r.Batches())
+	}
+	// A later message of a failed one's group is not counted delivered.
+	r.Reset()
+	r.Fail = coretest.FailIDs(boom, 1)
+	_ = r.Deliver(ctx, batch)
+	if got := r.Delivered(); len(got) != 1 || got[0].ID != 2 {
+		t.Errorf("after failing 1 of group a: delivered %v, want only 2", got)
 	}
 	r.Reset()
 	if len(r.Delivered()) != 0 || r.Batches() != 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/coretest"
 	"github.com/outboxer-go/outboxer/dbtest"
 )
 
@@ -56,69 +57,10 @@ func setup(t testing.TB, db *dbtest.DB, cfg core.Config) *core.Outboxer {
 	return ob
 }
 
-// recorder is a relay that records what it confirms; fail, when set, decides per batch.
-type recorder struct {
-	mu   sync.Mutex
-	got  []core.Envelope
-	fail func(batch []core.Envelope) error
-	// notify, when set, receives a value after each batch.
-	notify chan struct{}
-	// ordering the engine applies, to know what it counts delivered.
-	ordering core.Ordering
-}
+// recorder is coretest's Recorder, with the short name the tests use.
+type recorder struct{ coretest.Recorder }
 
-func (r *recorder) Deliver(ctx context.Context, batch []core.Envelope) error {
-	r.mu.Lock()
-	var err error
-	if r.fail != nil {
-		err = r.fail(batch)
-	}
-	r.record(batch, err)
-	r.mu.Unlock()
-	if r.notify != nil {
-		select {
-		case r.notify <- struct{}{}:
-		default:
-		}
-	}
-	return err
-}
-
-// record keeps the messages the engine will count as delivered.
-func (r *recorder) record(batch []core.Envelope, err error) {
-	if err == nil {
-		r.got = append(r.got, batch...)
-		return
-	}
-	pf, ok := err.(*core.PartialFailure)
-	if !ok {
-		return
-	}
-	stopped := map[string]bool{}
-	for _, e := range batch {
-		g := e.GroupKey
-		switch r.ordering {
-		case core.OrderTotal:
-			g = "all"
-		case core.OrderNone:
-			g = ""
-		}
-		if stopped[g] && g != "" {
-			continue
-		}
-		if _, bad := pf.Failed[e.ID]; bad {
-			stopped[g] = true
-			continue
-		}
-		r.got = append(r.got, e)
-	}
-}
-
-func (r *recorder) delivered() []core.Envelope {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]core.Envelope(nil), r.got...)
-}
+func (r *recorder) delivered() []core.Envelope { return r.Delivered() }
 
 // eventually waits, bounded, for cond.
 func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/coretest"
 	"github.com/outboxer-go/outboxer/dbtest"
 )
 
@@ -48,7 +49,7 @@ func TestOrderPerGroupUnderRandomFailures(t *testing.T) {
 		relayRNG := rand.New(rand.NewPCG(1, 2)) // used under the recorder's lock
 		rec := &recorder{}
 		var failures atomic.Int64
-		rec.fail = func(batch []core.Envelope) error {
+		rec.Fail = func(batch []core.Envelope) error {
 			switch r := relayRNG.IntN(100); {
 			case r < 15:
 				failures.Add(1)
@@ -118,7 +119,7 @@ func TestPoisonMessageWithInfiniteAttempts(t *testing.T) {
 		ctx := context.Background()
 		var bad atomic.Int64
 		bad.Store(-1)
-		rec := &recorder{fail: poison(&bad)}
+		rec := &recorder{coretest.Recorder{Fail: poison(&bad)}}
 		ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {
 			Relay: rec, PollInterval: 10 * time.Millisecond, Backoff: core.Backoff{Min: 20 * time.Millisecond, Max: 20 * time.Millisecond},
 		}}})
@@ -155,7 +156,7 @@ func TestPoisonMessageWithFiniteAttemptsGoesDeadAndCanBeRetried(t *testing.T) {
 		ctx := context.Background()
 		var bad atomic.Int64
 		bad.Store(-1)
-		rec := &recorder{fail: poison(&bad)}
+		rec := &recorder{coretest.Recorder{Fail: poison(&bad)}}
 		var deadEvents atomic.Int64
 		ob := setup(t, db, core.Config{
 			Hooks: core.Hooks{OnDead: func(core.MessageEvent) { deadEvents.Add(1) }},
@@ -192,7 +193,7 @@ func TestPermanentErrorIsDeadAtOnce(t *testing.T) {
 		ctx := context.Background()
 		rec := &recorder{}
 		var first int64
-		rec.fail = func(batch []core.Envelope) error {
+		rec.Fail = func(batch []core.Envelope) error {
 			if batch[0].ID == first {
 				return &core.PartialFailure{Failed: map[int64]error{first: core.Permanent(errors.New("too large"))}}
 			}
@@ -218,8 +219,8 @@ func TestOrderingTotalAndNone(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
 		var bad atomic.Int64
-		total := &recorder{fail: poison(&bad), ordering: core.OrderTotal}
-		none := &recorder{fail: poison(&bad), ordering: core.OrderNone}
+		total := &recorder{coretest.Recorder{Fail: poison(&bad), Ordering: core.OrderTotal}}
+		none := &recorder{coretest.Recorder{Fail: poison(&bad), Ordering: core.OrderNone}}
 		ob := setup(t, db, core.Config{Manual: true, Outboxes: map[string]core.OutboxConfig{
 			"total": {Relay: total, Ordering: core.OrderTotal},
 			"none":  {Relay: none, Ordering: core.OrderNone, Partitions: 3},
@@ -485,7 +486,7 @@ func TestRelayLifecycleAndHooks(t *testing.T) {
 		},
 		Outboxes: map[string]core.OutboxConfig{"orders": {Relay: r, PollInterval: 10 * time.Millisecond, Backoff: fast}}})
 	first := true
-	r.fail = func(batch []core.Envelope) error {
+	r.Fail = func(batch []core.Envelope) error {
 		if first {
 			first = false
 			return errors.New("down")
