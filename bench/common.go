@@ -261,13 +261,13 @@ func sampleTable(ctx context.Context, db *sql.DB, schema, table string) (tableSa
 func offer(ctx context.Context, rate float64, d time.Duration, producers int, publish func(ctx context.Context, seq int64) error) (int64, error) {
 	total := int64(rate * d.Seconds())
 	jobs := make(chan int64, producers*4)
-	var firstErr atomic.Value
+	var firstErr firstError
 	var wg sync.WaitGroup
 	for range producers {
 		wg.Go(func() {
 			for seq := range jobs {
 				if err := publish(ctx, seq); err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 				}
 			}
 		})
@@ -284,16 +284,36 @@ func offer(ctx context.Context, rate float64, d time.Duration, producers int, pu
 			break // the producers fell behind the offered rate: stop on time anyway
 		}
 		jobs <- sent
-		if firstErr.Load() != nil {
+		if firstErr.get() != nil {
 			break
 		}
 	}
 	close(jobs)
 	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := firstErr.get(); err != nil {
 		return sent, err
 	}
 	return sent, ctx.Err()
+}
+
+// firstError keeps the first error reported to it, from any goroutine.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *firstError) set(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+func (f *firstError) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
 }
 
 // closedLoop runs producers goroutines calling tx back to back for d, and returns the
@@ -301,7 +321,7 @@ func offer(ctx context.Context, rate float64, d time.Duration, producers int, pu
 func closedLoop(ctx context.Context, d time.Duration, producers int, tx func(ctx context.Context, worker int, i int64) error) ([]time.Duration, time.Duration, error) {
 	var mu sync.Mutex
 	var all []time.Duration
-	var firstErr atomic.Value
+	var firstErr firstError
 	deadline := time.Now().Add(d)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -311,7 +331,7 @@ func closedLoop(ctx context.Context, d time.Duration, producers int, tx func(ctx
 			for i := int64(0); time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 				t0 := time.Now()
 				if err := tx(ctx, w, i); err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 				local = append(local, time.Since(t0))
@@ -323,7 +343,7 @@ func closedLoop(ctx context.Context, d time.Duration, producers int, tx func(ctx
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := firstErr.get(); err != nil {
 		return nil, elapsed, err
 	}
 	return all, elapsed, nil

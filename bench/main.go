@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -43,6 +44,8 @@ type config struct {
 	mdPath        string
 	jsonPath      string
 	cpuprofile    string
+	render        bool
+	vacuumEvery   time.Duration
 }
 
 func logf(format string, args ...any) {
@@ -75,6 +78,8 @@ func main() {
 	flag.StringVar(&c.mdPath, "md", filepath.Join(root, "BENCHMARKS.md"), "where to write the report")
 	flag.StringVar(&c.jsonPath, "json", filepath.Join(root, "bench", "results.json"), "where to write the figures")
 	flag.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of our PostgreSQL drain at batch 1,000 (first round) here")
+	flag.DurationVar(&c.vacuumEvery, "vacuum-every", 0, "steady state: also run VACUUM on the message table this often (for servers with autovacuum off)")
+	flag.BoolVar(&c.render, "render", false, "write the report again from the JSON file, measuring nothing")
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -93,6 +98,13 @@ func main() {
 		def("steady-peers-for", func() { c.steadyPeerFor = 10 * time.Second })
 		def("steady-every", func() { c.steadyEvery = 5 * time.Second })
 		def("river-workers", func() { c.riverWorkers = 100 })
+	}
+	if c.render {
+		if err := render(c); err != nil {
+			logf("bench: %v", err)
+			os.Exit(1)
+		}
+		return
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
@@ -353,4 +365,18 @@ func (b *bench) runSteady(ctx context.Context) error {
 		b.res.Steady = append(b.res.Steady, steadyEntry{System: v.system, steadyResult: r})
 	}
 	return nil
+}
+
+// render rewrites the report from the figures of an earlier run.
+func render(c config) error {
+	b, err := os.ReadFile(c.jsonPath)
+	if err != nil {
+		return err
+	}
+	var r results
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("%s: %w", c.jsonPath, err)
+	}
+	r.readAnalysis(c)
+	return os.WriteFile(c.mdPath, []byte(r.markdown()), 0o644)
 }

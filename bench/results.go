@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -44,6 +45,7 @@ type machineInfo struct {
 	Kernel     string            `json:"kernel"`
 	Go         string            `json:"go"`
 	PostgreSQL string            `json:"postgresql"`
+	Autovacuum string            `json:"autovacuum,omitempty"`
 	SQLite     string            `json:"sqlite"`
 	Modules    map[string]string `json:"modules"`
 	LoadBefore string            `json:"load_before"`
@@ -66,6 +68,15 @@ type results struct {
 	SteadyRateRule string        `json:"steady_rate_rule,omitempty"`
 	Figures        []*figure     `json:"figures"`
 	Steady         []steadyEntry `json:"steady,omitempty"`
+
+	analysis string // bench/analysis.md, appended to the report when present
+}
+
+// readAnalysis loads the engineers' reading of the figures, kept beside the JSON file.
+func (r *results) readAnalysis(c config) {
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(c.jsonPath), "analysis.md")); err == nil {
+		r.analysis = string(b)
+	}
 }
 
 func newResults(c config, args []string) *results {
@@ -113,7 +124,8 @@ func (r *results) findPrefix(workload, system, variantSuffix string) *figure {
 
 func loadavg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
-	return strings.TrimSpace(string(b))
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 func machine(ctx context.Context, admin *sql.DB) machineInfo {
@@ -145,6 +157,7 @@ func machine(ctx context.Context, admin *sql.DB) machineInfo {
 		m.Kernel = strings.TrimSpace(string(out))
 	}
 	_ = admin.QueryRowContext(ctx, `SHOW server_version`).Scan(&m.PostgreSQL)
+	_ = admin.QueryRowContext(ctx, `SHOW autovacuum`).Scan(&m.Autovacuum)
 	if e, err := newSQLite(); err == nil {
 		_ = e.db.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&m.SQLite)
 		e.close()
@@ -171,6 +184,7 @@ func (r *results) write(c config, elapsed time.Duration) error {
 	if err := os.WriteFile(c.jsonPath, append(b, '\n'), 0o644); err != nil {
 		return err
 	}
+	r.readAnalysis(c)
 	return os.WriteFile(c.mdPath, []byte(r.markdown()), 0o644)
 }
 

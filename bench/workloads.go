@@ -156,6 +156,7 @@ type steadyResult struct {
 	Delivered int64         `json:"delivered"`
 	Table     string        `json:"table"`
 	Samples   []tableSample `json:"samples"`
+	Vacuum    string        `json:"vacuum,omitempty"`
 }
 
 // steady offers rate messages per second for d while the system delivers, sampling the
@@ -203,6 +204,23 @@ func (b *bench) steady(ctx context.Context, f factory, o opts, rate float64, d, 
 		}
 	})
 	offered := time.Now()
+	if b.cfg.vacuumEvery > 0 {
+		res.Vacuum = fmt.Sprintf("VACUUM %s every %s", r.table, b.cfg.vacuumEvery)
+		wg.Go(func() {
+			tick := time.NewTicker(b.cfg.vacuumEvery)
+			defer tick.Stop()
+			for {
+				select {
+				case <-sctx.Done():
+					return
+				case <-tick.C:
+					if _, err := e.db.ExecContext(sctx, `VACUUM `+r.table); err != nil && sctx.Err() == nil {
+						logf("vacuum: %v", err)
+					}
+				}
+			}
+		})
+	}
 	sent, err := offer(ctx, rate, d, groups, func(ctx context.Context, seq int64) error { return r.publish(ctx, seq, 1, nil) })
 	res.Achieved = float64(sent) / time.Since(offered).Seconds()
 	cancel()
