@@ -245,11 +245,13 @@ func (w *worker) loop(stop, hard context.Context) {
 }
 
 // nextUnblock is how long until the earliest blocked group may move again (0: none).
+// In Drain (forever) nothing unblocks, but Drain does not wait.
 func (w *worker) nextUnblock() time.Duration {
 	var next time.Duration
 	now := time.Now()
 	for _, b := range w.blocked {
-		if d := b.until.Sub(now); d > 0 && (next == 0 || d < next) {
+		d := max(b.until.Sub(now), time.Millisecond) // one that is over: look again at once
+		if next == 0 || d < next {
 			next = d
 		}
 	}

@@ -65,6 +65,12 @@ func BenchmarkPublish(b *testing.B) {
 				return err
 			})
 		})
+		b.Run(string(d)+"/plain-insert-returning", func(b *testing.B) {
+			tx(b, func(tx *sql.Tx) error {
+				var id int64
+				return tx.QueryRowContext(ctx, plain+` RETURNING id`, "orders", "test.Event", "order:1", 0, payload, nil).Scan(&id)
+			})
+		})
 		b.Run(string(d)+"/publish-1", func(b *testing.B) {
 			tx(b, func(tx *sql.Tx) error { _, err := ob.Publish(ctx, tx, event{Seq: 1, Group: "order:1"}); return err })
 		})

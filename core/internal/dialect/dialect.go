@@ -228,6 +228,22 @@ func (s *SQL) Insert(n int, delayed, notify bool) string {
 	return s.p(b.String())
 }
 
+// InsertTimed (SQLite) returns an INSERT of n rows, each taking (outbox, type, group_key,
+// part, payload, headers, created_at, available_at) with the times in microseconds, that
+// returns nothing: SQLite has one writer, so the rows of one statement get consecutive
+// IDs ending at the last insert ID, and its clock is this process's clock.
+func (s *SQL) InsertTimed(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO ` + s.Messages + ` (outbox, type, group_key, part, payload, headers, created_at, available_at) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(`(?, ?, ?, ?, ?, ?, ?, ?)`)
+	}
+	return b.String()
+}
+
 // SerializeLock takes a transaction-scoped lock on a 64-bit key, or is "" where the
 // dialect needs none (SQLite has a single writer).
 func (s *SQL) SerializeLock() string {
