@@ -6,7 +6,6 @@ import (
 	"maps"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -24,12 +23,28 @@ func TestConformance(t *testing.T) {
 	sinktest.Run(t, sinktest.Harness{
 		New: func(t *testing.T) *sinktest.Target {
 			q := newRabbitQueue(t)
-			var refuse atomic.Int64
+			// FailNext(n): the broker takes one more publish, then refuses n. The sink
+			// stops a batch at its first failure and holds back the rest, so a refusal
+			// of the batch's very first publish would name the whole batch, and the
+			// suite's partial-failure case wants part of it delivered.
+			var (
+				mu           sync.Mutex
+				pass, refuse int
+			)
 			pub := publisherFunc(func(topic string, msgs ...*message.Message) error {
-				if refuse.Add(-1) >= 0 {
+				mu.Lock()
+				refused := false
+				switch {
+				case refuse > 0 && pass > 0:
+					pass--
+				case refuse > 0:
+					refuse--
+					refused = true
+				}
+				mu.Unlock()
+				if refused {
 					return errors.New("broker refused the publish (injected)")
 				}
-				refuse.Store(0)
 				return q.pub.Publish(topic, msgs...)
 			})
 			sink, err := watermillsink.New(pub, watermillsink.Options{Topic: q.name, MaxPayloadBytes: maxBytes})
@@ -40,7 +55,7 @@ func TestConformance(t *testing.T) {
 			return &sinktest.Target{
 				Relay:    sink,
 				Read:     r.read,
-				FailNext: func(n int) { refuse.Store(int64(n)) },
+				FailNext: func(n int) { mu.Lock(); pass, refuse = 1, n; mu.Unlock() },
 			}
 		},
 		MaxMessageBytes: maxBytes,

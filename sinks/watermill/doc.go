@@ -28,14 +28,30 @@
 //
 // A Watermill publisher takes several messages and returns one error, so it cannot say
 // which message failed. The sink therefore publishes one message per call by default,
-// in batch order, and stops at the first failure: Deliver returns a *core.PartialFailure
-// naming the failed message and every message after it (those wrap ErrEarlierFailed).
-// Within a group the broker thus sees the messages in order, and a failed message is
-// retried before anything after it is sent. Options.PublishBatchSize lets the sink hand
-// several consecutive messages to one call, fewer round trips for publishers that batch;
-// a failed call then fails its whole run, and the part of it that did go out is
-// delivered again later (with the same UUIDs). A publisher that implements
-// PerMessagePublisher reports each message's fate and the sink maps it exactly.
+// in batch order, and stops at the first failure. Deliver then returns a
+// *core.PartialFailure naming the failed message, with the publisher's error, and every
+// later message of the batch, with ErrEarlierFailed. ErrEarlierFailed matches
+// core.ErrHeldBack: the engine keeps those messages pending without counting an attempt
+// and hands them again, in order, in its next batch. Only the failed message is charged
+// an attempt and waits for its backoff, holding back its group (everything, with
+// core.OrderTotal); the other groups go on at the next batch. So the sink needs no
+// ordering option: it never publishes past a failure, whatever the outbox's ordering.
+//
+// A message the sink refuses itself (no topic from Options.TopicFunc, a payload over
+// Options.MaxPayloadBytes) fails with an error matching core.ErrPermanent: the engine
+// marks it dead at once, and the messages after it, held back the same way, go in the
+// next batch.
+//
+// Options.PublishBatchSize lets the sink hand several consecutive messages to one call,
+// fewer round trips for publishers that batch; a failed call fails its whole run (each
+// message of the run carries the publisher's error and is charged an attempt), and the
+// part of it that did go out is delivered again later, with the same UUIDs. A publisher
+// that implements PerMessagePublisher reports each message's fate and the sink names
+// exactly the ones that failed in the run, then holds back the rest of the batch.
+//
+// When Deliver's context ends, the sink publishes nothing more: the messages not yet
+// published are held back (their error matches core.ErrHeldBack and the context's
+// error), or, when nothing was published, Deliver returns the context's error.
 //
 // Whether the consumer sees the order depends on the broker and the subscription: one
 // queue with one consumer (AMQP), one partition per key (Kafka), an ordered consumer

@@ -57,18 +57,11 @@ type Options struct {
 	// (see MessageUUID). Default core.DefaultTable. Set it when the outbox uses another
 	// table, so that two tables never give two messages the same UUID.
 	Table string
-	// Ordering must be the Ordering of the outbox the sink relays (core.OutboxConfig):
-	// it says what a failed message holds back. After a transient failure the sink
-	// publishes nothing more of the failed message's group in this batch (OrderGroup,
-	// the default), nothing more at all (OrderTotal), or carries on (OrderNone); the
-	// messages held back are named in the *core.PartialFailure with ErrEarlierFailed,
-	// and the engine holds them without counting an attempt. A permanent failure holds
-	// nothing back: the engine marks the message dead and its group moves on.
-	Ordering core.Ordering
 	// MaxPayloadBytes, when above 0, refuses a message with a longer payload with a
 	// permanent error instead of handing it to the publisher: set it to the broker's
 	// limit (RabbitMQ's max_message_size, NATS's max_payload) so that an oversized
-	// message goes dead at once instead of failing its group forever.
+	// message goes dead at once instead of failing, and holding back the messages after
+	// it, on every retry.
 	MaxPayloadBytes int
 	// PublishBatchSize is how many consecutive messages with the same topic the sink may
 	// hand to one Publish call. With the default, 1, every message is its own call and a
@@ -88,7 +81,6 @@ type Sink struct {
 	topicFunc func(core.Envelope) string
 	table     string
 	runSize   int
-	ordering  core.Ordering
 	maxBytes  int
 }
 
@@ -102,9 +94,6 @@ func New(pub message.Publisher, opts Options) (*Sink, error) {
 	if opts.Topic == "" && opts.TopicFunc == nil {
 		return nil, fmt.Errorf("watermillsink: Options.Topic or Options.TopicFunc is required")
 	}
-	if opts.Ordering < core.OrderGroup || opts.Ordering > core.OrderNone {
-		return nil, fmt.Errorf("watermillsink: Options.Ordering is %v; want core.OrderGroup, OrderTotal or OrderNone", opts.Ordering)
-	}
 	if opts.MaxPayloadBytes < 0 {
 		return nil, fmt.Errorf("watermillsink: Options.MaxPayloadBytes is %d; it must be 0 (no limit) or more", opts.MaxPayloadBytes)
 	}
@@ -117,7 +106,6 @@ func New(pub message.Publisher, opts Options) (*Sink, error) {
 		topicFunc: opts.TopicFunc,
 		table:     opts.Table,
 		runSize:   max(opts.PublishBatchSize, 1),
-		ordering:  opts.Ordering,
 		maxBytes:  opts.MaxPayloadBytes,
 	}
 	if s.table == "" {
@@ -155,62 +143,42 @@ var ErrNoTopic = errors.New("watermillsink: no topic for message")
 var ErrTooLarge = errors.New("watermillsink: payload too large")
 
 // ErrEarlierFailed is the failure reported for a message that was not published because
-// an earlier message of its group (of the batch, with OrderTotal) failed. The engine
-// holds such a message back without counting an attempt.
-var ErrEarlierFailed = errors.New("watermillsink: not published: an earlier message of its group failed")
+// an earlier message of the batch failed. It matches core.ErrHeldBack, so the engine
+// keeps such a message pending without counting an attempt, and hands it again, in
+// order, in the next batch.
+var ErrEarlierFailed = fmt.Errorf("watermillsink: not published: an earlier message of the batch failed: %w", core.ErrHeldBack)
 
 // Deliver publishes batch in order, one message per Publish call (or runs of up to
-// PublishBatchSize). A message whose publish fails holds back the rest of its group
-// (see Options.Ordering); the result is then a *core.PartialFailure naming the failed
-// and the held-back messages. With a PerMessagePublisher it names what the publisher
-// reported. When ctx is done, nothing more is published; ctx is also each message's
-// context, which publishers that do network I/O honour.
+// Options.PublishBatchSize consecutive messages with the same topic) and stops at the
+// first failure: the result is then a *core.PartialFailure naming the failed message
+// (every message of the failed run), with the publisher's error or the sink's permanent
+// one, and every later message of the batch, with ErrEarlierFailed. With a
+// PerMessagePublisher, the failures of the run are the ones it reported.
+//
+// When ctx is done, nothing more is published: the messages not yet published are named
+// with an error matching both core.ErrHeldBack and ctx's error, or, if nothing was
+// published yet, Deliver returns ctx's error (wrapped) for the whole batch. ctx is also
+// each message's context, which publishers that do network I/O honour.
 func (s *Sink) Deliver(ctx context.Context, batch []core.Envelope) error {
-	failed := map[int64]error{}
-	blocked := map[string]bool{}
-	group := func(env *core.Envelope) string {
-		switch s.ordering {
-		case core.OrderTotal:
-			return "\x00total"
-		case core.OrderNone:
-			return ""
-		}
-		return env.GroupKey
-	}
-	held := func(env *core.Envelope) bool { g := group(env); return g != "" && blocked[g] }
-	fail := func(env *core.Envelope, err error) {
-		failed[env.ID] = err
-		if g := group(env); g != "" && !errors.Is(err, core.ErrPermanent) {
-			blocked[g] = true
-		}
-	}
 	topics := make([]string, len(batch))
 	for i := range batch {
 		topics[i] = s.topicOf(batch[i])
 	}
 	for i := 0; i < len(batch); {
-		env := &batch[i]
-		if held(env) {
-			failed[env.ID] = ErrEarlierFailed
-			i++
-			continue
-		}
 		if err := ctx.Err(); err != nil {
-			for _, e := range batch[i:] {
-				if _, ok := failed[e.ID]; !ok {
-					failed[e.ID] = fmt.Errorf("watermillsink: not published: %w", err)
-				}
+			if i == 0 {
+				return fmt.Errorf("watermillsink: nothing published: %w", err)
 			}
-			break
+			return holdBack(map[int64]error{}, batch[i:],
+				fmt.Errorf("watermillsink: not published: the delivery ended first: %w: %w", core.ErrHeldBack, err))
 		}
+		env := &batch[i]
 		if err := s.check(env, topics[i]); err != nil {
-			fail(env, err)
-			i++
-			continue
+			return holdBack(map[int64]error{env.ID: err}, batch[i+1:], ErrEarlierFailed)
 		}
 		// A run: consecutive publishable messages with the same topic, at most runSize.
 		j := i + 1
-		for j < len(batch) && j-i < s.runSize && topics[j] == topics[i] && !held(&batch[j]) && s.check(&batch[j], topics[j]) == nil {
+		for j < len(batch) && j-i < s.runSize && topics[j] == topics[i] && s.check(&batch[j], topics[j]) == nil {
 			j++
 		}
 		run := batch[i:j]
@@ -219,35 +187,52 @@ func (s *Sink) Deliver(ctx context.Context, batch []core.Envelope) error {
 			msgs[k] = s.Message(run[k])
 			msgs[k].SetContext(ctx)
 		}
-		if s.each != nil {
-			errs := s.each.PublishEach(topics[i], msgs...)
-			switch {
-			case len(errs) == 0:
-			case len(errs) != len(msgs):
-				err := fmt.Errorf("watermillsink: publish to %q: publisher reported %d results for %d messages: %w",
-					topics[i], len(errs), len(msgs), errors.Join(errs...))
-				for k := range run {
-					fail(&run[k], err)
-				}
-			default:
-				for k, err := range errs {
-					if err != nil {
-						fail(&run[k], fmt.Errorf("watermillsink: publish to %q: %w", topics[i], err))
-					}
-				}
-			}
-		} else if err := s.pub.Publish(topics[i], msgs...); err != nil {
-			err = fmt.Errorf("watermillsink: publish to %q: %w", topics[i], err)
-			for k := range run {
-				fail(&run[k], err)
-			}
+		if failed := s.publish(topics[i], run, msgs); len(failed) > 0 {
+			return holdBack(failed, batch[j:], ErrEarlierFailed)
 		}
 		i = j
 	}
-	if len(failed) > 0 {
-		return &core.PartialFailure{Failed: failed}
-	}
 	return nil
+}
+
+// publish hands one run to the publisher and returns the failed messages of the run by
+// ID: every one of them when the publisher cannot say which failed.
+func (s *Sink) publish(topic string, run []core.Envelope, msgs []*message.Message) map[int64]error {
+	failed := map[int64]error{}
+	failAll := func(err error) {
+		for k := range run {
+			failed[run[k].ID] = err
+		}
+	}
+	if s.each == nil {
+		if err := s.pub.Publish(topic, msgs...); err != nil {
+			failAll(fmt.Errorf("watermillsink: publish to %q: %w", topic, err))
+		}
+		return failed
+	}
+	errs := s.each.PublishEach(topic, msgs...)
+	switch {
+	case len(errs) == 0:
+	case len(errs) != len(msgs):
+		failAll(fmt.Errorf("watermillsink: publish to %q: publisher reported %d results for %d messages: %w",
+			topic, len(errs), len(msgs), errors.Join(errs...)))
+	default:
+		for k, err := range errs {
+			if err != nil {
+				failed[run[k].ID] = fmt.Errorf("watermillsink: publish to %q: %w", topic, err)
+			}
+		}
+	}
+	return failed
+}
+
+// holdBack adds the messages of rest to failed with err (one matching core.ErrHeldBack)
+// and returns the partial failure.
+func holdBack(failed map[int64]error, rest []core.Envelope, err error) error {
+	for _, env := range rest {
+		failed[env.ID] = err
+	}
+	return &core.PartialFailure{Failed: failed}
 }
 
 // check returns the permanent failure of a message that cannot be published.

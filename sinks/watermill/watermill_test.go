@@ -133,7 +133,6 @@ func TestNewValidatesOptions(t *testing.T) {
 		{"no topic", pub, watermillsink.Options{}, "Options.Topic or Options.TopicFunc"},
 		{"negative batch", pub, watermillsink.Options{Topic: "x", PublishBatchSize: -1}, "Options.PublishBatchSize"},
 		{"negative size", pub, watermillsink.Options{Topic: "x", MaxPayloadBytes: -1}, "Options.MaxPayloadBytes"},
-		{"bad ordering", pub, watermillsink.Options{Topic: "x", Ordering: core.Ordering(7)}, "Options.Ordering"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := watermillsink.New(tc.pub, tc.opts)
@@ -239,36 +238,52 @@ func TestTopicFuncRoutesAndEmptyTopicFailsPermanently(t *testing.T) {
 		t.Fatal(err)
 	}
 	batch := envelopes(1, 20, 2)
-	err = sink.Deliver(context.Background(), batch)
-	pf := partial(t, err)
-	// A permanent failure holds nothing back: the engine marks 16 dead, its group goes on.
-	if ids := slices.Sorted(maps.Keys(pf.Failed)); !slices.Equal(ids, []int64{16}) {
-		t.Fatalf("failed ids %v, want [16]", ids)
-	}
+	pf := partial(t, sink.Deliver(context.Background(), batch))
+	// 16 has no topic: a permanent failure (the engine marks it dead); 17..20 are held
+	// back, to go in the next batch.
+	checkFailed(t, pf, []int64{16}, envIDs(batch[16:]))
 	if e := pf.Failed[16]; !errors.Is(e, watermillsink.ErrNoTopic) || !errors.Is(e, core.ErrPermanent) {
 		t.Errorf("failure of 16 = %v, want ErrNoTopic and permanent", e)
 	}
 	gotEven, gotOdd := idsOf(even.got()), idsOf(odd.got())
-	if want := []int64{2, 4, 6, 8, 10, 12, 14, 18, 20}; !slices.Equal(gotEven, want) {
+	if want := []int64{2, 4, 6, 8, 10, 12, 14}; !slices.Equal(gotEven, want) {
 		t.Errorf("even topic got %v, want %v", gotEven, want)
 	}
-	if want := []int64{1, 3, 5, 7, 9, 11, 13, 15, 17, 19}; !slices.Equal(gotOdd, want) {
+	if want := []int64{1, 3, 5, 7, 9, 11, 13, 15}; !slices.Equal(gotOdd, want) {
 		t.Errorf("odd topic got %v, want %v", gotOdd, want)
+	}
+	// The rest, handed again as the engine does, goes out.
+	if err := sink.Deliver(context.Background(), batch[16:]); err != nil {
+		t.Fatalf("Deliver of the held-back rest: %v", err)
+	}
+	if got := idsOf(odd.got()); !slices.Equal(got[8:], []int64{17, 19}) {
+		t.Errorf("odd topic got %v after the rest", got)
 	}
 }
 
-// closeAfter is a Watermill publisher decorator that closes the real GoChannel when the
-// n-th message is about to be published, so that its Publish fails from there on: a
-// publisher going away in the middle of a batch.
-func closeAfter(pubsub *gochannel.GoChannel, n int64) message.PublisherDecorator {
-	var published atomic.Int64
-	return func(pub message.Publisher) (message.Publisher, error) {
-		return publisherFunc(func(topic string, msgs ...*message.Message) error {
-			if published.Add(int64(len(msgs))) > n {
-				_ = pubsub.Close()
-			}
-			return pub.Publish(topic, msgs...)
-		}), nil
+// checkFailed checks that pf names exactly the failed IDs, each with an error that is
+// not a held-back one, and the held IDs, each with an error matching core.ErrHeldBack.
+func checkFailed(t *testing.T, pf *core.PartialFailure, failed, held []int64) {
+	t.Helper()
+	want := slices.Sorted(slices.Values(append(slices.Clone(failed), held...)))
+	if ids := slices.Sorted(maps.Keys(pf.Failed)); !slices.Equal(ids, want) {
+		t.Fatalf("partial failure names %v, want %v (failed %v, held back %v)", ids, want, failed, held)
+	}
+	for _, id := range failed {
+		if e := pf.Failed[id]; e == nil || errors.Is(e, core.ErrHeldBack) {
+			t.Errorf("failure of %d = %v, want a failure of its own, not a held-back one", id, e)
+		}
+	}
+	for _, id := range held {
+		if e := pf.Failed[id]; !errors.Is(e, core.ErrHeldBack) || errors.Is(e, core.ErrPermanent) {
+			t.Errorf("failure of %d = %v, want one matching core.ErrHeldBack, not permanent", id, e)
+		}
+	}
+}
+
+func TestErrEarlierFailedIsHeldBack(t *testing.T) {
+	if !errors.Is(watermillsink.ErrEarlierFailed, core.ErrHeldBack) {
+		t.Fatal("ErrEarlierFailed does not match core.ErrHeldBack: the engine would count an attempt for every held-back message")
 	}
 }
 
@@ -279,38 +294,84 @@ func (f publisherFunc) Publish(topic string, msgs ...*message.Message) error {
 }
 func (f publisherFunc) Close() error { return nil }
 
-func TestFailedPublishFailsItAndTheRestOfTheBatch(t *testing.T) {
+// refuse returns a publisher that refuses every call carrying one of the ids, the way a
+// broker refuses a message, and publishes the others to pub. calls counts the calls.
+func refuse(pub message.Publisher, calls *atomic.Int64, ids ...int64) message.Publisher {
+	return publisherFunc(func(topic string, msgs ...*message.Message) error {
+		calls.Add(1)
+		for _, id := range idsOf(msgs) {
+			if slices.Contains(ids, id) {
+				return fmt.Errorf("broker refused message %d", id)
+			}
+		}
+		return pub.Publish(topic, msgs...)
+	})
+}
+
+func TestFailedPublishFailsItAndHoldsBackTheRestOfTheBatch(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		batchSize int
-		delivered int // messages the subscriber gets and Deliver counts delivered
+		delivered int // messages the subscriber gets
+		failed    int // messages carrying the publisher's error, after the delivered ones
+		calls     int64
 	}{
-		{"one per call", 1, 12}, // message 13 fails
-		{"runs of five", 5, 10}, // the run 11..15 holds message 13 and fails whole
+		{"one per call", 1, 12, 1, 13}, // message 13 is refused
+		{"runs of five", 5, 10, 5, 3},  // the run 11..15 holds message 13 and fails whole
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pubsub := newGoChannel(t)
 			ch := collect(t, pubsub, "orders")
-			pub, err := closeAfter(pubsub, 12)(pubsub)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sink, err := watermillsink.New(pub, watermillsink.Options{Topic: "orders", PublishBatchSize: tc.batchSize})
+			var calls atomic.Int64
+			sink, err := watermillsink.New(refuse(pubsub, &calls, 13), watermillsink.Options{Topic: "orders", PublishBatchSize: tc.batchSize})
 			if err != nil {
 				t.Fatal(err)
 			}
 			batch := envelopes(1, 30, 4)
 			pf := partial(t, sink.Deliver(context.Background(), batch))
-			if ids := slices.Sorted(maps.Keys(pf.Failed)); !slices.Equal(ids, envIDs(batch[tc.delivered:])) {
-				t.Fatalf("failed ids %v, want %v", ids, envIDs(batch[tc.delivered:]))
+			failed := batch[tc.delivered : tc.delivered+tc.failed]
+			checkFailed(t, pf, envIDs(failed), envIDs(batch[tc.delivered+tc.failed:]))
+			for _, env := range failed {
+				if e := pf.Failed[env.ID]; !strings.Contains(e.Error(), "broker refused message 13") || errors.Is(e, core.ErrPermanent) {
+					t.Errorf("failure of %d = %v, want the broker's, retryable", env.ID, e)
+				}
 			}
-			if e := pf.Failed[batch[tc.delivered].ID]; errors.Is(e, watermillsink.ErrEarlierFailed) || errors.Is(e, core.ErrPermanent) {
-				t.Errorf("the failed message's error %v should be the publisher's, retryable", e)
+			for _, env := range batch[tc.delivered+tc.failed:] {
+				if e := pf.Failed[env.ID]; !errors.Is(e, watermillsink.ErrEarlierFailed) {
+					t.Errorf("failure of %d = %v, want ErrEarlierFailed", env.ID, e)
+				}
+			}
+			// Nothing after the failure reached the publisher, whatever its group.
+			if n := calls.Load(); n != tc.calls {
+				t.Errorf("Publish called %d times, want %d", n, tc.calls)
 			}
 			if ids := idsOf(ch.got()); !slices.Equal(ids, envIDs(batch[:tc.delivered])) {
 				t.Fatalf("subscriber got %v, want %v", ids, envIDs(batch[:tc.delivered]))
 			}
 		})
+	}
+}
+
+func TestPermanentFailureHoldsBackTheRestOfTheBatch(t *testing.T) {
+	pubsub := newGoChannel(t)
+	ch := collect(t, pubsub, "orders")
+	var calls atomic.Int64
+	sink, err := watermillsink.New(refuse(pubsub, &calls), watermillsink.Options{Topic: "orders", MaxPayloadBytes: 64, PublishBatchSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := envelopes(1, 20, 4)
+	batch[5].Payload = make([]byte, 65) // 6: too large
+	pf := partial(t, sink.Deliver(context.Background(), batch))
+	checkFailed(t, pf, []int64{6}, envIDs(batch[6:]))
+	if e := pf.Failed[6]; !errors.Is(e, watermillsink.ErrTooLarge) || !errors.Is(e, core.ErrPermanent) {
+		t.Errorf("failure of 6 = %v, want ErrTooLarge, permanent", e)
+	}
+	if got := idsOf(ch.got()); !slices.Equal(got, []int64{1, 2, 3, 4, 5}) {
+		t.Fatalf("subscriber got %v, want [1 2 3 4 5]", got)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("Publish called %d times, want 2 (1-4, 5)", n)
 	}
 }
 
@@ -347,19 +408,17 @@ func TestPerMessagePublisherFailuresAreMappedExactly(t *testing.T) {
 	batch := envelopes(1, 25, 5)
 	batch[13].Payload = make([]byte, 100) // in the second run (11..20)
 	pf := partial(t, sink.Deliver(context.Background(), batch))
-	// 14 (group g4) fails; the rest of its run had gone out already; 24, the next of g4,
-	// is held back; everything else is published, in runs around it.
-	if ids := slices.Sorted(maps.Keys(pf.Failed)); !slices.Equal(ids, []int64{14, 24}) {
-		t.Fatalf("failed ids %v, want [14 24]", ids)
+	// The publisher reports 14 failed and the rest of its run published; the sink names
+	// 14 and holds back what comes after the run.
+	checkFailed(t, pf, []int64{14}, envIDs(batch[20:]))
+	if e := pf.Failed[14]; !strings.Contains(e.Error(), "exceeds 64") {
+		t.Errorf("failure of 14 = %v, want the publisher's", e)
 	}
-	if !errors.Is(pf.Failed[24], watermillsink.ErrEarlierFailed) || errors.Is(pf.Failed[14], watermillsink.ErrEarlierFailed) {
-		t.Errorf("failures: 14: %v, 24: %v", pf.Failed[14], pf.Failed[24])
-	}
-	if pub.calls != 4 {
-		t.Errorf("PublishEach called %d times, want 4 (1-10, 11-20, 21-23, 25)", pub.calls)
+	if pub.calls != 2 {
+		t.Errorf("PublishEach called %d times, want 2 (1-10, 11-20)", pub.calls)
 	}
 	got := idsOf(ch.got())
-	wantGot := slices.DeleteFunc(envIDs(batch), func(id int64) bool { return id == 14 || id == 24 })
+	wantGot := slices.DeleteFunc(envIDs(batch[:20]), func(id int64) bool { return id == 14 })
 	if !slices.Equal(got, wantGot) {
 		t.Fatalf("subscriber got %v, want %v", got, wantGot)
 	}
@@ -384,70 +443,21 @@ func TestDeliverStopsWhenContextIsDone(t *testing.T) {
 	}
 	batch := envelopes(1, 10, 0)
 	pf := partial(t, sink.Deliver(ctx, batch))
-	if ids := slices.Sorted(maps.Keys(pf.Failed)); !slices.Equal(ids, envIDs(batch[5:])) {
-		t.Fatalf("failed ids %v, want %v", ids, envIDs(batch[5:]))
-	}
+	checkFailed(t, pf, nil, envIDs(batch[5:]))
 	if !errors.Is(pf.Failed[6], context.Canceled) {
 		t.Errorf("failure of 6 = %v, want context.Canceled", pf.Failed[6])
 	}
 	if got := idsOf(ch.got()); !slices.Equal(got, []int64{1, 2, 3, 4, 5}) {
 		t.Fatalf("subscriber got %v", got)
 	}
-}
 
-// refuse returns a publisher that refuses every call carrying one of the ids, the way a
-// broker refuses a message, and publishes the others to pub.
-func refuse(pub message.Publisher, ids ...int64) message.Publisher {
-	return publisherFunc(func(topic string, msgs ...*message.Message) error {
-		for _, id := range idsOf(msgs) {
-			if slices.Contains(ids, id) {
-				return fmt.Errorf("broker refused message %d", id)
-			}
-		}
-		return pub.Publish(topic, msgs...)
-	})
-}
-
-func TestFailureHoldsBackWhatTheOrderingSays(t *testing.T) {
-	for _, tc := range []struct {
-		ordering core.Ordering
-		failed   []int64
-	}{
-		{core.OrderGroup, []int64{6, 10, 14, 18}}, // 6's group g2 (IDs ≡ 2 mod 4)
-		{core.OrderTotal, []int64{6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}},
-		{core.OrderNone, []int64{6}},
-	} {
-		t.Run(tc.ordering.String(), func(t *testing.T) {
-			pubsub := newGoChannel(t)
-			ch := collect(t, pubsub, "orders")
-			sink, err := watermillsink.New(refuse(pubsub, 6), watermillsink.Options{
-				Topic: "orders", Ordering: tc.ordering, MaxPayloadBytes: 64,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			batch := envelopes(1, 20, 4)
-			batch[2].Payload = make([]byte, 65) // 3: too large, permanent: holds nothing back
-			pf := partial(t, sink.Deliver(context.Background(), batch))
-			want := slices.Sorted(slices.Values(append([]int64{3}, tc.failed...)))
-			if ids := slices.Sorted(maps.Keys(pf.Failed)); !slices.Equal(ids, want) {
-				t.Fatalf("failed ids %v, want %v", ids, want)
-			}
-			if e := pf.Failed[3]; !errors.Is(e, watermillsink.ErrTooLarge) || !errors.Is(e, core.ErrPermanent) {
-				t.Errorf("failure of 3 = %v, want ErrTooLarge, permanent", e)
-			}
-			if e := pf.Failed[6]; errors.Is(e, core.ErrPermanent) || errors.Is(e, watermillsink.ErrEarlierFailed) {
-				t.Errorf("failure of 6 = %v, want the broker's, retryable", e)
-			}
-			for _, id := range tc.failed[1:] {
-				if !errors.Is(pf.Failed[id], watermillsink.ErrEarlierFailed) {
-					t.Errorf("failure of %d = %v, want ErrEarlierFailed", id, pf.Failed[id])
-				}
-			}
-			wantGot := slices.DeleteFunc(envIDs(batch), func(id int64) bool { return slices.Contains(want, id) })
-			if got := idsOf(ch.got()); !slices.Equal(got, wantGot) {
-				t.Fatalf("subscriber got %v, want %v", got, wantGot)
-			}
-		})
+	// Done before anything was published: the whole batch failed, nothing is held back.
+	err = sink.Deliver(ctx, batch[5:])
+	var whole *core.PartialFailure
+	if errors.As(err, &whole) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Deliver with a done context = %v, want context.Canceled for the whole batch", err)
+	}
+	if n != 5 {
+		t.Fatalf("publisher called for %d messages, want 5", n)
 	}
 }
