@@ -169,7 +169,7 @@ func (r *results) steadyTable(w writer) {
 		return
 	}
 	w("## 5. Steady state (issues 3 and 8)\n\n")
-	w("Messages offered at %s msg/s (%s) by 16 producers, one per business transaction, while the system delivers. Size of the message table (with indexes and TOAST: `pg_total_relation_size`), of its indexes, and its dead tuples (`pg_stat_user_tables.n_dead_tup`), sampled over the run. One run per system (no rounds). When the producers cannot keep up with the offered rate (the publishing transactions slow down while delivery runs on the same 2 cores), \"msg/s achieved\" says what was really offered.\n\n", fmtRate(r.Steady[0].Rate), r.SteadyRateRule)
+	w("Messages offered at %s msg/s (%s) by 16 producers, one per business transaction, while the system delivers. Size of the message table (with indexes and TOAST: `pg_total_relation_size`), of its indexes, and its dead tuples (`pg_stat_user_tables.n_dead_tup`), sampled over the run.%s One run per system (no rounds). When the producers cannot keep up with the offered rate (the publishing transactions slow down while delivery runs on the same 2 cores), \"msg/s achieved\" says what was really offered.\n\n", fmtRate(r.Steady[0].Rate), r.SteadyRateRule, vacuumNote(r))
 	w("| system | table | minutes | msg/s achieved | sent | delivered | total size: start → max → end | index size: start → max → end | dead tuples: max / end |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Steady {
 		if len(s.Samples) == 0 {
@@ -277,4 +277,12 @@ func cmpStr(v, def string) string {
 		return def
 	}
 	return v
+}
+
+func vacuumNote(r *results) string {
+	if len(r.Steady) == 0 || r.Steady[0].Vacuum == "" {
+		return ""
+	}
+	return fmt.Sprintf(" The server's autovacuum is %s, so the bench stands in for it with a plain `VACUUM` of each system's message table every %s (for every system alike).",
+		cmpStr(r.Machine.Autovacuum, "off"), strings.TrimPrefix(r.Steady[0].Vacuum[strings.LastIndex(r.Steady[0].Vacuum, " every ")+1:], "every "))
 }

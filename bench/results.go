@@ -74,6 +74,9 @@ type results struct {
 
 // readAnalysis loads the engineers' reading of the figures, kept beside the JSON file.
 func (r *results) readAnalysis(c config) {
+	if r.Quick {
+		return // it reads a full run's figures
+	}
 	if b, err := os.ReadFile(filepath.Join(filepath.Dir(c.jsonPath), "analysis.md")); err == nil {
 		r.analysis = string(b)
 	}
