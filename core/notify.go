@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -62,10 +63,23 @@ func (o *Outboxer) listenOnce(ctx context.Context) error {
 	})
 }
 
-// notified wakes the workers of the outbox named by payload, or of every outbox.
+// notified wakes the workers a notification names ("outbox:p1,p2", or "outbox" for all
+// its partitions), or every worker when it names nothing this instance knows.
 func (o *Outboxer) notified(payload string) {
-	if ob, ok := o.outboxes[payload]; ok {
-		ob.signalAll(wakeNow)
+	name, parts, _ := strings.Cut(payload, ":")
+	if ob, ok := o.outboxes[name]; ok {
+		if parts == "" {
+			ob.signalAll(wakeNow)
+			return
+		}
+		for _, f := range strings.Split(parts, ",") {
+			if p, err := strconv.Atoi(f); err == nil && p >= 0 && p < len(ob.wake) {
+				ob.signal(p, wakeNow)
+			} else {
+				ob.signalAll(wakeNow) // another node knows other partitions: wake them all
+				return
+			}
+		}
 		return
 	}
 	for _, ob := range o.outboxes {

@@ -10,6 +10,8 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -305,14 +307,7 @@ func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {
 		}
 	}
 	if notify {
-		payload := rows[0].env.Outbox
-		for _, r := range rows {
-			if r.env.Outbox != payload {
-				payload = ""
-				break
-			}
-		}
-		args = append(args, s.NotifyChannel, payload)
+		args = append(args, s.NotifyChannel, notifyPayload(rows))
 	}
 	type ret struct {
 		id             int64
@@ -383,6 +378,31 @@ func (o *Outboxer) insertSQLite(ctx context.Context, db Executor, rows []row) er
 		rows[i].env.AvailableAt = now.Add(time.Duration(rows[i].delay) * time.Microsecond)
 	}
 	return nil
+}
+
+// notifyPayload names what a notification wakes: "outbox:p1,p2" for the partitions of
+// one outbox, so that only their owners fetch; "" (everything) when rows span outboxes.
+func notifyPayload(rows []row) string {
+	name := rows[0].env.Outbox
+	var parts []int
+	for _, r := range rows {
+		if r.env.Outbox != name {
+			return ""
+		}
+		parts = append(parts, r.env.Partition)
+	}
+	slices.Sort(parts)
+	parts = slices.Compact(parts)
+	var b strings.Builder
+	b.WriteString(name)
+	b.WriteByte(':')
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(p))
+	}
+	return b.String()
 }
 
 func cmpInt64(a, b int64) int {
