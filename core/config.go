@@ -205,6 +205,11 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// MaxPayloadBytes refuses larger encoded messages at Publish. Default 1 MiB.
 	MaxPayloadBytes int
+	// VacuumInterval (PostgreSQL) between VACUUMs of the message tables by Run. Delivered
+	// messages are deleted, and their space comes back only through vacuum. 0 (the default)
+	// vacuums every 30 s only when the server's autovacuum is off, and leaves it to
+	// autovacuum otherwise; a negative value never vacuums.
+	VacuumInterval time.Duration
 	// AllowRepartition starts even when pending messages sit in partitions the current
 	// Partitions does not match. Order across the change is then not guaranteed, and
 	// messages in partitions beyond the count are moved into range.

@@ -68,6 +68,9 @@ func (o *Outboxer) Run(ctx context.Context) error {
 	if o.needsPruner() {
 		wg.Go(func() { o.prune(stop) })
 	}
+	if every := o.vacuumInterval(ctx); every > 0 {
+		wg.Go(func() { o.vacuum(stop, every) })
+	}
 	o.cfg.Logger.Info("outboxer: running", "outboxer", o.cfg.Name, "outboxes", len(o.outboxes), "owner", owner)
 	wg.Wait()
 	o.cfg.Logger.Info("outboxer: stopped", "outboxer", o.cfg.Name)
@@ -320,4 +323,32 @@ func (o *Outboxer) PruneNow(ctx context.Context, outbox string) (int64, error) {
 		o.cfg.Hooks.OnPrune(PruneEvent{Name: o.cfg.Name, Outbox: outbox, Count: int(total)})
 	}
 	return total, nil
+}
+
+// vacuumInterval decides how often Run vacuums the message tables (0: never).
+func (o *Outboxer) vacuumInterval(ctx context.Context) time.Duration {
+	if o.cfg.Dialect != Postgres || o.cfg.VacuumInterval < 0 {
+		return 0
+	}
+	if o.cfg.VacuumInterval > 0 {
+		return o.cfg.VacuumInterval
+	}
+	var on string
+	if err := o.cfg.DB.QueryRowContext(ctx, `SHOW autovacuum`).Scan(&on); err != nil || on != "off" {
+		return 0
+	}
+	o.cfg.Logger.Warn("outboxer: the server's autovacuum is off; Run vacuums the outbox tables every 30s (set VacuumInterval to change it)")
+	return 30 * time.Second
+}
+
+// vacuum reclaims the space of delivered (deleted) messages every interval, so that the
+// tables stay small under sustained load when nothing else vacuums them.
+func (o *Outboxer) vacuum(ctx context.Context, every time.Duration) {
+	for sleep(ctx, every) {
+		for _, s := range o.tables {
+			if _, err := o.cfg.DB.ExecContext(ctx, `VACUUM `+s.Messages); err != nil && ctx.Err() == nil {
+				o.cfg.Logger.Warn("outboxer: vacuum", "table", s.Messages, "err", err)
+			}
+		}
+	}
 }

@@ -574,3 +574,34 @@ func TestPublishWakesTheWorkers(t *testing.T) {
 		eventually(t, 10*time.Second, "delivery after a committed transaction", func() bool { return len(rec.delivered()) == 3 })
 	})
 }
+
+// With autovacuum off (as on this project's servers), Run vacuums the message table, so
+// the space of delivered messages is reused and the table does not grow under load.
+func TestRunVacuumsTheMessageTable(t *testing.T) {
+	db := dbtest.Postgres(t)
+	ctx := context.Background()
+	rec := &recorder{}
+	ob := setup(t, db, core.Config{VacuumInterval: 100 * time.Millisecond, Outboxes: map[string]core.OutboxConfig{"orders": {
+		Relay: rec, PollInterval: 10 * time.Millisecond,
+	}}})
+	run(t, ob)
+	deadTuples := func() int64 {
+		var n int64
+		if err := db.QueryRowContext(ctx, `SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'outboxer_messages' AND schemaname = $1`, db.Schema).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	msgs := make([]core.Message, 500)
+	for i := range msgs {
+		msgs[i] = event{Seq: i, Group: fmt.Sprint("g", i%5)}
+	}
+	publish(t, ob, db.DB, msgs...)
+	eventually(t, 20*time.Second, "delivery", func() bool { return counts(t, ob, "orders").Pending == 0 })
+	// The 500 deleted rows are dead tuples until a vacuum; the statistics lag a little.
+	eventually(t, 20*time.Second, "a vacuum of the delivered rows", func() bool {
+		var vacuums int64
+		_ = db.QueryRowContext(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'outboxer_messages' AND schemaname = $1`, db.Schema).Scan(&vacuums)
+		return vacuums > 0 && deadTuples() == 0
+	})
+}
