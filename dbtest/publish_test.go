@@ -444,3 +444,25 @@ func TestSerializeWritesQueuesPublishersOfOneGroup(t *testing.T) {
 		})
 	}
 }
+
+// Config.Schema (the reference's prefix) puts the tables in a PostgreSQL schema of their
+// own, whatever the connection's search path.
+func TestPostgresSchema(t *testing.T) {
+	db := dbtest.Postgres(t)
+	ctx := context.Background()
+	schema := db.Schema + "_outbox"
+	t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) })
+	rec := &recorder{}
+	ob := setup(t, db, core.Config{Schema: schema, Manual: true, Outboxes: map[string]core.OutboxConfig{"orders": {Relay: rec}}})
+	publish(t, ob, db.DB, event{Seq: 1, Group: "a"})
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+schema+`.outboxer_messages`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows in %s.outboxer_messages: %d, %v", schema, n, err)
+	}
+	if tableExists(t, db, "outboxer_messages") {
+		t.Error("a table was made in the search path too")
+	}
+	if res, err := ob.Drain(ctx, "orders"); err != nil || res.Delivered != 1 {
+		t.Errorf("Drain = %+v, %v", res, err)
+	}
+}
