@@ -605,3 +605,25 @@ func TestRunVacuumsTheMessageTable(t *testing.T) {
 		return vacuums > 0 && deadTuples() == 0
 	})
 }
+
+// Several instances live in one process without sharing anything: each delivers its own
+// table with its own relay.
+func TestSeveralInstancesInOneProcess(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		shop, billing := &recorder{}, &recorder{}
+		a := setup(t, db, core.Config{Name: "shop", Table: "shop_outbox", Outboxes: map[string]core.OutboxConfig{
+			"orders": {Relay: shop, PollInterval: 10 * time.Millisecond}}})
+		b := setup(t, db, core.Config{Name: "billing", Table: "billing_outbox", Outboxes: map[string]core.OutboxConfig{
+			"orders": {Relay: billing, PollInterval: 10 * time.Millisecond}}})
+		run(t, a)
+		run(t, b)
+		publish(t, a, db.DB, event{Seq: 1}, event{Seq: 2})
+		publish(t, b, db.DB, event{Seq: 3})
+		eventually(t, 10*time.Second, "both instances' deliveries", func() bool {
+			return len(shop.delivered()) == 2 && len(billing.delivered()) == 1
+		})
+		if got := string(billing.delivered()[0].Payload); got != `{"seq":3}` {
+			t.Errorf("billing delivered %s", got)
+		}
+	})
+}
