@@ -79,8 +79,8 @@ func (o *Outboxer) list(ctx context.Context, outbox string, limit int, query fun
 	return envs, nil
 }
 
-// scanEnvelope reads the dialect's EnvelopeColumns, plus any extra destinations.
-func scanEnvelope(scan func(...any) error, extra ...any) (Envelope, error) {
+// scanEnvelope reads the columns of a stored envelope (the lists of the admin operations).
+func scanEnvelope(scan func(...any) error) (Envelope, error) {
 	var (
 		e         Envelope
 		headers   *string
@@ -89,14 +89,23 @@ func scanEnvelope(scan func(...any) error, extra ...any) (Envelope, error) {
 		created   dbTime
 		available dbTime
 	)
-	dest := append([]any{&e.ID, &e.Outbox, &e.Type, &e.GroupKey, &e.Partition, &e.Payload, &headers, &state,
-		&e.Attempts, &lastError, &created, &available}, extra...)
-	if err := scan(dest...); err != nil {
+	if err := scan(&e.ID, &e.Outbox, &e.Type, &e.GroupKey, &e.Partition, &e.Payload, &headers, &state,
+		&e.Attempts, &lastError, &created, &available); err != nil {
 		return Envelope{}, err
 	}
+	if err := finishEnvelope(&e, headers, lastError); err != nil {
+		return Envelope{}, err
+	}
+	e.State = State(state)
+	e.CreatedAt, e.AvailableAt = created.Time, available.Time
+	return e, nil
+}
+
+// finishEnvelope fills in what the nullable columns say.
+func finishEnvelope(e *Envelope, headers, lastError *string) error {
 	if headers != nil && *headers != "" {
 		if err := json.Unmarshal([]byte(*headers), &e.Headers); err != nil {
-			return Envelope{}, fmt.Errorf("message %d: headers: %w", e.ID, err)
+			return fmt.Errorf("message %d: headers: %w", e.ID, err)
 		}
 	}
 	if lastError != nil {
@@ -105,9 +114,7 @@ func scanEnvelope(scan func(...any) error, extra ...any) (Envelope, error) {
 	if e.Payload == nil {
 		e.Payload = []byte{}
 	}
-	e.State = State(state)
-	e.CreatedAt, e.AvailableAt = created.Time, available.Time
-	return e, nil
+	return nil
 }
 
 // Discard permanently deletes messages of an outbox by ID, whatever their state, and

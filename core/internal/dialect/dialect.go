@@ -189,14 +189,11 @@ func (s *SQL) insertIgnore(table, cols, values string) string {
 	return `INSERT INTO ` + table + ` (` + cols + `) VALUES (` + values + `) ON CONFLICT DO NOTHING`
 }
 
-// envelopeColumns are the columns ScanEnvelope reads, in order.
+// envelopeColumns are the columns of a stored envelope, in the order core's scanEnvelope reads them.
 func (s *SQL) envelopeColumns() string {
 	return `id, outbox, type, group_key, part, payload, headers, state, attempts, last_error, ` +
 		s.TimeCol("created_at") + `, ` + s.TimeCol("available_at")
 }
-
-// EnvelopeColumns are the columns of a stored envelope, for ScanEnvelope.
-func (s *SQL) EnvelopeColumns() string { return s.envelopeColumns() }
 
 // Insert returns an INSERT of n rows that returns id, created_at and available_at per
 // row. Each row takes (outbox, type, group_key, part, payload, headers), and with delayed
@@ -276,8 +273,9 @@ type Exclusion struct {
 }
 
 // Fetch returns the query for the next pending messages of a partition in ID order, and
-// its arguments. The columns are EnvelopeColumns, then whether the row is available now,
-// then the database clock. Unordered messages that are not available yet are left out by
+// its arguments. The columns are id, type, group_key, payload, headers, attempts,
+// last_error, created_at, available_at (what the caller does not know already), then
+// whether the row is available now, then the database clock. Unordered messages that are not available yet are left out by
 // the query; an ordered one is returned (not available), so that the caller learns its
 // group is blocked and excludes it from then on.
 //
@@ -288,7 +286,8 @@ func (s *SQL) Fetch(outbox string, part, limit int, mode Mode, excl []Exclusion,
 	args := []any{outbox, part}
 	// The table is aliased m: the subqueries below read columns named like its own
 	// (json_each has an id column).
-	b.WriteString(`SELECT ` + s.envelopeColumns() + `, available_at <= ` + now + `, ` + s.TimeCol(now) +
+	b.WriteString(`SELECT id, type, group_key, payload, headers, attempts, last_error, ` + s.TimeCol("created_at") + `, ` +
+		s.TimeCol("available_at") + `, available_at <= ` + now + `, ` + s.TimeCol(now) +
 		` FROM ` + s.Messages + ` AS m WHERE outbox = ? AND part = ? AND state = 0`)
 	switch mode {
 	case Unordered:
