@@ -5,7 +5,7 @@ export GOWORK := off
 GOTEST ?= go test
 TESTFLAGS ?= -count=1 -timeout 20m
 
-.PHONY: all build vet test race deps services tidy bench quickstart disruptive
+.PHONY: all build vet test race deps services tidy bench bench-quick quickstart disruptive
 
 all: build vet test
 
@@ -43,6 +43,11 @@ tidy:
 quickstart:
 	go run ./examples/quickstart
 
-## bench: the benchmark program; writes BENCHMARKS.md and bench/results.json (not part of test)
+## bench: the full benchmark run (about 25-30 min, PostgreSQL on 127.0.0.1:5432); rewrites
+## BENCHMARKS.md and bench/results.json. Not part of test.
 bench: services
 	cd bench && go run . $(BENCHFLAGS)
+
+## bench-quick: every workload in about 3 min; writes bench/*-quick.* (ignored by git)
+bench-quick: services
+	cd bench && go run . -quick
