@@ -100,6 +100,7 @@ func (w *worker) acquire(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("read lease: %w", err)
 	}
 	w.held, w.paused = true, paused
+	w.renewedAt = start
 	w.trust(start)
 	// A new owner knows nothing of the blocked groups; the first fetches find them.
 	clear(w.blocked)
@@ -107,10 +108,10 @@ func (w *worker) acquire(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// trust records a renewal that started at start: the lease is trusted for less than its
-// duration, measured from before the statement ran.
+// trust records an extension of the lease that started at start: the lease is trusted
+// for less than its duration, measured from before the statement ran. (Confirmations
+// extend it too; renew, which also reads the paused flag, still runs every quarter lease.)
 func (w *worker) trust(start time.Time) {
-	w.renewedAt = start
 	w.until = start.Add(w.lease() - w.lease()/5)
 }
 
@@ -126,6 +127,7 @@ func (w *worker) renew(ctx context.Context) error {
 		w.lost()
 		return ErrLeaseLost
 	}
+	w.renewedAt = start
 	w.trust(start)
 	var token int64
 	if err := db.QueryRowContext(ctx, s.ReadLease, w.ob.name, w.part, w.owner).Scan(&token, &w.paused); err != nil {

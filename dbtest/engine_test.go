@@ -627,3 +627,36 @@ func TestSeveralInstancesInOneProcess(t *testing.T) {
 		}
 	})
 }
+
+// A pause from another node stops a worker that is busy with a backlog, within a quarter
+// of the lease, and a resume starts it again.
+func TestPauseStopsABusyWorker(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := context.Background()
+		rec := &recorder{}
+		rec.Fail = func([]core.Envelope) error { time.Sleep(2 * time.Millisecond); return nil }
+		ob := setup(t, db, core.Config{LeaseDuration: 2 * time.Second, Outboxes: map[string]core.OutboxConfig{"orders": {
+			Relay: rec, BatchSize: 5, PollInterval: 10 * time.Millisecond}}})
+		msgs := make([]core.Message, 3000)
+		for i := range msgs {
+			msgs[i] = event{Seq: i, Group: fmt.Sprint("g", i%7)}
+		}
+		publish(t, ob, db.DB, msgs...)
+		run(t, ob)
+		eventually(t, 10*time.Second, "the worker busy", func() bool { return len(rec.delivered()) > 50 })
+		admin := setup(t, db, core.Config{PublishOnly: true, Outboxes: map[string]core.OutboxConfig{"orders": {}}})
+		if err := admin.Pause(ctx, "orders"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // a quarter lease is 500ms
+		stopped := len(rec.delivered())
+		time.Sleep(500 * time.Millisecond)
+		if n := len(rec.delivered()); n != stopped || n == len(msgs) {
+			t.Fatalf("still delivering after the pause: %d, then %d of %d", stopped, n, len(msgs))
+		}
+		if err := admin.Resume(ctx, "orders"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 60*time.Second, "the rest after the resume", func() bool { return len(rec.delivered()) == len(msgs) })
+	})
+}
