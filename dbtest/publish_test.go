@@ -466,3 +466,33 @@ func TestPostgresSchema(t *testing.T) {
 		t.Errorf("Drain = %+v, %v", res, err)
 	}
 }
+
+// A transaction of another pool on the same database works as well as one of the
+// instance's own (SQLite prepares inserts once per pool).
+func TestPublishThroughAnotherPool(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := context.Background()
+		ob := setup(t, db, core.Config{})
+		other, err := sql.Open(db.Driver, db.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		for range 2 { // the second time through the statements prepared the first time
+			tx, err := other.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ob.PublishAll(ctx, tx, []core.Message{event{Seq: 1}, event{Seq: 2}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			publish(t, ob, db.DB, event{Seq: 3})
+		}
+		if c := counts(t, ob, "orders"); c.Pending != 6 {
+			t.Errorf("pending = %d, want 6", c.Pending)
+		}
+	})
+}
