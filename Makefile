@@ -1,6 +1,6 @@
 # Every target runs over every module of the workspace (go.work), each on its own:
 # GOWORK=off, so a module builds only with what its own go.mod and go.sum say.
-MODULES := $(shell go list -m -f '{{.Dir}}' | sed "s|^$(CURDIR)|.|")
+MODULES := $(shell env -u GOWORK go list -m -f '{{.Dir}}' | sed "s|^$(CURDIR)|.|")
 export GOWORK := off
 GOTEST ?= go test
 TESTFLAGS ?= -count=1 -timeout 20m
