@@ -22,7 +22,6 @@ type Outboxer struct {
 	tables   map[string]*dialect.SQL // by table name
 	running  atomic.Bool
 	rr       atomic.Uint64 // spreads unordered messages over partitions
-	stmts    sync.Map      // query → *sql.Stmt prepared on cfg.DB (SQLite inserts)
 }
 
 // box is one configured outbox with its statements and its workers' wake-up channels.

@@ -360,7 +360,7 @@ func (o *Outboxer) insertSQLite(ctx context.Context, db Executor, rows []row) er
 		args = append(args, r.env.Outbox, r.env.Type, r.env.GroupKey, r.env.Partition, r.env.Payload, r.headers,
 			now.UnixMicro(), now.UnixMicro()+r.delay)
 	}
-	res, err := o.execCached(ctx, db, s.InsertTimed(len(rows)), len(rows) <= 100, args)
+	res, err := db.ExecContext(ctx, s.InsertTimed(len(rows)), args...)
 	if err != nil {
 		return fmt.Errorf("outboxer: publish into %s: %w", s.Messages, err)
 	}
@@ -403,45 +403,6 @@ func notifyPayload(rows []row) string {
 		b.WriteString(strconv.Itoa(p))
 	}
 	return b.String()
-}
-
-// execCached runs an INSERT through a statement prepared once on Config.DB, when db is
-// that pool or one of its transactions and cache allows: SQLite parses every statement
-// anew otherwise, which costs a multi-row insert more than the insert. database/sql keeps
-// such a statement prepared on each connection it was used on.
-func (o *Outboxer) execCached(ctx context.Context, db Executor, q string, cache bool, args []any) (sql.Result, error) {
-	tx, isTx := db.(*sql.Tx)
-	if !cache || (!isTx && db != Executor(o.cfg.DB)) {
-		return db.ExecContext(ctx, q, args...)
-	}
-	st, err := o.prepared(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	if isTx {
-		res, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...)
-		if err != nil && strings.Contains(err.Error(), "different database") {
-			return tx.ExecContext(ctx, q, args...) // a transaction of another pool
-		}
-		return res, err
-	}
-	return st.ExecContext(ctx, args...)
-}
-
-// prepared returns the statement for q, preparing it on Config.DB the first time.
-func (o *Outboxer) prepared(ctx context.Context, q string) (*sql.Stmt, error) {
-	if st, ok := o.stmts.Load(q); ok {
-		return st.(*sql.Stmt), nil
-	}
-	st, err := o.cfg.DB.PrepareContext(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	if prev, loaded := o.stmts.LoadOrStore(q, st); loaded {
-		st.Close()
-		return prev.(*sql.Stmt), nil
-	}
-	return st, nil
 }
 
 func cmpInt64(a, b int64) int {

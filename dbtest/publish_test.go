@@ -468,7 +468,7 @@ func TestPostgresSchema(t *testing.T) {
 }
 
 // A transaction of another pool on the same database works as well as one of the
-// instance's own (SQLite prepares inserts once per pool).
+// instance's own.
 func TestPublishThroughAnotherPool(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
@@ -478,7 +478,7 @@ func TestPublishThroughAnotherPool(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer other.Close()
-		for range 2 { // the second time through the statements prepared the first time
+		for range 2 {
 			tx, err := other.BeginTx(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
