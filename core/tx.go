@@ -81,3 +81,32 @@ func (o *Outboxer) InTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx, p *
 	p.Committed()
 	return nil
 }
+
+// Savepoint runs fn inside a savepoint named name (letters, digits and _) of the
+// transaction exec. When fn returns an error or panics, the transaction goes back to the
+// savepoint, dropping what fn wrote and published, and the error is returned (the panic
+// goes on); the rest of the transaction is kept. Otherwise the savepoint is released.
+// PostgreSQL, MariaDB and SQLite all have savepoints; this is for handles whose library
+// has no nested transactions of its own.
+func Savepoint(ctx context.Context, exec Executor, name string, fn func() error) error {
+	if !validIdent(name) {
+		return fmt.Errorf("outboxer: savepoint name %q: letters, digits and _ only", name)
+	}
+	if _, err := exec.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
+		return fmt.Errorf("outboxer: savepoint: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			_, _ = exec.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+name)
+		}
+	}()
+	if err := fn(); err != nil {
+		return err
+	}
+	done = true
+	if _, err := exec.ExecContext(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+		return fmt.Errorf("outboxer: release savepoint: %w", err)
+	}
+	return nil
+}

@@ -496,3 +496,43 @@ func TestPublishThroughAnotherPool(t *testing.T) {
 		}
 	})
 }
+
+// A savepoint that rolls back drops what was published inside it; the rest of the
+// transaction commits. A name that is not an identifier is refused before any SQL runs.
+func TestSavepoint(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := context.Background()
+		ob := setup(t, db, core.Config{})
+		boom := errors.New("boom")
+		err := ob.InTx(ctx, db.DB, func(tx *sql.Tx, p *core.TxPublisher) error {
+			if _, err := p.Publish(ctx, event{Seq: 1}); err != nil {
+				return err
+			}
+			if err := core.Savepoint(ctx, tx, "gift", func() error {
+				if _, err := p.Publish(ctx, event{Seq: 2}); err != nil {
+					return err
+				}
+				return boom
+			}); !errors.Is(err, boom) {
+				t.Errorf("Savepoint = %v, want boom", err)
+			}
+			if err := core.Savepoint(ctx, tx, "kept", func() error {
+				_, err := p.Publish(ctx, event{Seq: 3})
+				return err
+			}); err != nil {
+				return err
+			}
+			if err := core.Savepoint(ctx, tx, "x; DROP TABLE y", func() error { return nil }); err == nil {
+				t.Error("an invalid savepoint name was accepted")
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending, _ := ob.ListPending(ctx, "orders", 10)
+		if len(pending) != 2 || string(pending[0].Payload) != `{"seq":1}` || string(pending[1].Payload) != `{"seq":3}` {
+			t.Errorf("pending = %+v, want seq 1 and 3", pending)
+		}
+	})
+}

@@ -170,36 +170,5 @@ func Hook[T ExecQuerier](ob *core.Outboxer, derive Derive, opts ...core.PublishO
 // goes back to the savepoint, dropping what fn wrote and published, and the error is
 // returned (the panic goes on); the rest of tx is kept.
 func Savepoint(ctx context.Context, tx ExecQuerier, name string, fn func() error) error {
-	if !validName(name) {
-		return fmt.Errorf("outboxer: savepoint name %q: letters, digits and _ only", name)
-	}
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
-		return fmt.Errorf("outboxer: savepoint: %w", err)
-	}
-	done := false
-	defer func() {
-		if !done {
-			_, _ = tx.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+name)
-		}
-	}()
-	if err := fn(); err != nil {
-		return err
-	}
-	done = true
-	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+name); err != nil {
-		return fmt.Errorf("outboxer: release savepoint: %w", err)
-	}
-	return nil
-}
-
-func validName(s string) bool {
-	if s == "" || len(s) > 63 || (s[0] >= '0' && s[0] <= '9') {
-		return false
-	}
-	for _, r := range s {
-		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return true
+	return core.Savepoint(ctx, tx, name, fn)
 }
