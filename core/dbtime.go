@@ -4,14 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/outboxer-go/outboxer/core/internal/dialect"
-)
-
-const (
-	dialectKindPostgres = dialect.Postgres
-	dialectKindSQLite   = dialect.SQLite
-	dialectKindMySQL    = dialect.MySQL
 )
 
 // dbTime scans a time column: a time.Time (PostgreSQL) or microseconds since the epoch

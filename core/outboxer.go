@@ -3,6 +3,7 @@ package core
 import (
 	"database/sql"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -65,7 +66,7 @@ func New(cfg Config) (*Outboxer, error) {
 		outboxes: make(map[string]*box, len(c.Outboxes)),
 		tables:   map[string]*dialect.SQL{},
 	}
-	for _, name := range slices.Sorted(mapsKeys(c.Outboxes)) {
+	for _, name := range slices.Sorted(maps.Keys(c.Outboxes)) {
 		oc := c.Outboxes[name]
 		s, ok := o.tables[oc.Table]
 		if !ok {
@@ -81,21 +82,11 @@ func New(cfg Config) (*Outboxer, error) {
 	return o, nil
 }
 
-func mapsKeys[M ~map[K]V, K comparable, V any](m M) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
 // Config returns the configuration in force, with the defaults applied.
 func (o *Outboxer) Config() Config { return o.cfg }
 
 // Outboxes returns the names of the configured outboxes, sorted.
-func (o *Outboxer) Outboxes() []string { return slices.Sorted(mapsKeys(o.outboxes)) }
+func (o *Outboxer) Outboxes() []string { return slices.Sorted(maps.Keys(o.outboxes)) }
 
 func (o *Outboxer) outbox(name string) (*box, error) {
 	ob, ok := o.outboxes[name]

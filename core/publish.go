@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -13,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxer-go/outboxer/core/internal/dialect"
 )
 
 // MaxGroupKeyLen bounds group keys (they are indexed).
@@ -240,7 +243,7 @@ func PartitionFor(key string, n int) int {
 // lockKeys returns, sorted so concurrent publishers cannot deadlock, the keys to lock for
 // SerializeWrites.
 func (o *Outboxer) lockKeys(rows []row) []int64 {
-	if o.kind == dialectKindSQLite {
+	if o.kind == dialect.SQLite {
 		return nil
 	}
 	var keys []int64
@@ -249,7 +252,7 @@ func (o *Outboxer) lockKeys(rows []row) []int64 {
 			h := fnv.New64a()
 			h.Write([]byte(r.ob.sql.Messages + "\x00" + r.env.Outbox + "\x00" + r.env.GroupKey))
 			k := int64(h.Sum64())
-			if o.kind == dialectKindMySQL {
+			if o.kind == dialect.MySQL {
 				// A bounded lock table: unrelated groups rarely share a row, and sharing one
 				// only serialises them.
 				k = int64(h.Sum64() % (1 << 20))
@@ -289,7 +292,7 @@ func (o *Outboxer) write(ctx context.Context, db Executor, rows []row, locks []i
 }
 
 func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {
-	if o.kind == dialectKindSQLite {
+	if o.kind == dialect.SQLite {
 		return o.insertSQLite(ctx, db, rows)
 	}
 	s := rows[0].ob.sql
@@ -338,7 +341,7 @@ func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {
 	}
 	// IDs are drawn in row order within one statement; the order rows come back in is not
 	// promised, so match them by sorting.
-	slices.SortFunc(got, func(a, b ret) int { return cmpInt64(a.id, b.id) })
+	slices.SortFunc(got, func(a, b ret) int { return cmp.Compare(a.id, b.id) })
 	for i := range rows {
 		rows[i].env.ID = got[i].id
 		rows[i].env.CreatedAt = got[i].created.Time
@@ -403,16 +406,6 @@ func notifyPayload(rows []row) string {
 		b.WriteString(strconv.Itoa(p))
 	}
 	return b.String()
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // published raises the publish event and wakes this instance's workers.

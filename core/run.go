@@ -28,8 +28,8 @@ func (o *Outboxer) Run(ctx context.Context) error {
 	if err := o.prepareRun(ctx); err != nil {
 		return err
 	}
-	started, err := o.startRelays(ctx)
-	defer o.closeRelays(started)
+	err := o.startRelays(ctx)
+	defer o.closeRelays()
 	if err != nil {
 		return err
 	}
@@ -144,23 +144,23 @@ func (o *Outboxer) checkPartitions(ctx context.Context, ob *box) error {
 	return err
 }
 
-func (o *Outboxer) startRelays(ctx context.Context) (started []Relay, err error) {
+// startRelays starts every distinct relay that is a Starter, in outbox order.
+func (o *Outboxer) startRelays(ctx context.Context) error {
 	seen := map[Relay]bool{}
 	for _, name := range o.Outboxes() {
 		r := o.outboxes[name].cfg.Relay
 		if s, ok := r.(Starter); ok && !seen[r] {
 			seen[r] = true
 			if err := s.Start(ctx); err != nil {
-				return started, fmt.Errorf("outboxer: start relay of %q: %w", name, err)
+				return fmt.Errorf("outboxer: start relay of %q: %w", name, err)
 			}
-			started = append(started, r)
 		}
 	}
-	return started, nil
+	return nil
 }
 
 // closeRelays closes every distinct relay that is a Closer (started or not).
-func (o *Outboxer) closeRelays(_ []Relay) {
+func (o *Outboxer) closeRelays() {
 	seen := map[Relay]bool{}
 	for _, name := range o.Outboxes() {
 		r := o.outboxes[name].cfg.Relay

@@ -418,7 +418,7 @@ func (w *worker) confirmOnce(ctx context.Context, deliverTx func(*sql.Tx) outcom
 	s := w.ob.sql
 	start := time.Now()
 	var opts *sql.TxOptions
-	if w.o.kind == dialectKindMySQL {
+	if w.o.kind == dialect.MySQL {
 		// Without gap locks, a confirmation does not deadlock with concurrent inserts.
 		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
@@ -515,7 +515,7 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 		// Confirm even after a cancelled delivery: what was delivered must be recorded.
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer ccancel()
-		if w.o.kind == dialectKindPostgres && len(out.failed) == 0 && len(out.dead) == 0 && len(out.delivered) > 0 {
+		if w.o.kind == dialect.Postgres && len(out.failed) == 0 && len(out.dead) == 0 && len(out.delivered) > 0 {
 			err = w.retry(cctx, func() error { return w.confirmAll(cctx, out.delivered) })
 		} else {
 			out, err = w.confirm(cctx, func(*sql.Tx) outcome { return out })

@@ -666,3 +666,42 @@ func TestPauseStopsABusyWorker(t *testing.T) {
 		eventually(t, 60*time.Second, "the rest after the resume", func() bool { return len(rec.delivered()) == len(msgs) })
 	})
 }
+
+// Stopping Run lets the batch in flight finish within ShutdownTimeout and confirms it; a
+// delivery that outlasts the timeout is cancelled and its messages stay pending.
+func TestShutdownFinishesTheBatchInFlight(t *testing.T) {
+	for _, slow := range []bool{false, true} {
+		t.Run(fmt.Sprint("outlasting=", slow), func(t *testing.T) {
+			db := dbtest.SQLite(t)
+			inside := make(chan struct{})
+			relay := core.RelayFunc(func(ctx context.Context, batch []core.Envelope) error {
+				close(inside)
+				if slow {
+					<-ctx.Done() // only the shutdown timeout ends it
+					return ctx.Err()
+				}
+				time.Sleep(200 * time.Millisecond) // still running when Run is stopped
+				return nil
+			})
+			timeout := 2 * time.Second
+			if slow {
+				timeout = 100 * time.Millisecond
+			}
+			ob := setup(t, db, core.Config{ShutdownTimeout: timeout, Outboxes: map[string]core.OutboxConfig{
+				"orders": {Relay: relay, PollInterval: 10 * time.Millisecond}}})
+			publish(t, ob, db.DB, event{Seq: 1})
+			stop := run(t, ob)
+			<-inside
+			began := time.Now()
+			stop() // waits for Run to return
+			c := counts(t, ob, "orders")
+			if slow {
+				if c.Pending != 1 || time.Since(began) > 5*time.Second {
+					t.Errorf("cancelled delivery: pending %d after %v, want 1 within the timeout", c.Pending, time.Since(began))
+				}
+			} else if c.Pending != 0 {
+				t.Errorf("the batch in flight was not confirmed at shutdown: pending %d", c.Pending)
+			}
+		})
+	}
+}
