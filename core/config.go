@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"log/slog"
@@ -117,6 +118,21 @@ type Hooks struct {
 	OnRetry          func(MessageEvent)
 	OnDead           func(MessageEvent)
 	OnPrune          func(PruneEvent)
+
+	// OnPublishContext, when set, wraps every Publish and PublishAll call with the
+	// caller's context: it is called before the messages are validated and written,
+	// with the instance's name, the distinct outboxes named and the message count (the
+	// event OnPublish receives after the write), and may return headers and a done func.
+	// A tracer uses it to start a span and store the span's context in the messages.
+	//
+	// The headers are added to every message of the call, under its own: a header the
+	// message sets (Headerer) or WithHeaders sets keeps its value, and only the names it
+	// does not set are filled in. done, when not nil, is called once after the write
+	// (and, on a handle that is not a transaction, its commit) with the stored envelopes
+	// and nil, or with nil and the error Publish returns. A publishing transaction may
+	// still roll back after done. Unlike the other hooks it runs on every publish, so it
+	// must be quick; unset, it costs nothing.
+	OnPublishContext func(ctx context.Context, ev PublishEvent) (headers map[string]string, done func(envs []Envelope, err error))
 }
 
 // PublishEvent: messages were written (the transaction may still roll back).

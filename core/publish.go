@@ -33,6 +33,9 @@ type publishOptions struct {
 	headers   map[string]string
 	delay     time.Duration
 	available time.Time
+	// ctxHeaders come from Hooks.OnPublishContext: they fill in names the message and
+	// WithHeaders leave unset.
+	ctxHeaders map[string]string
 }
 
 // WithOutbox publishes into the named outbox instead of the message's Outbox().
@@ -85,6 +88,13 @@ func (o *Outboxer) Publish(ctx context.Context, db Executor, msg Message, opts .
 // 1,000 messages) and returns their envelopes in the same order. The options apply to
 // every message. Nothing is written if any message is invalid.
 func (o *Outboxer) PublishAll(ctx context.Context, db Executor, msgs []Message, opts ...PublishOption) ([]Envelope, error) {
+	if hook := o.cfg.Hooks.OnPublishContext; hook != nil && len(msgs) > 0 {
+		return o.publishContext(ctx, hook, db, msgs, opts)
+	}
+	return o.publishAll(ctx, db, msgs, opts...)
+}
+
+func (o *Outboxer) publishAll(ctx context.Context, db Executor, msgs []Message, opts ...PublishOption) ([]Envelope, error) {
 	if isNil(db) {
 		return nil, fmt.Errorf("%w: nil", ErrInvalidExecutor)
 	}
@@ -186,6 +196,14 @@ func (o *Outboxer) prepare(m Message, po *publishOptions) (row, error) {
 			env.Headers = map[string]string{}
 		}
 		maps.Copy(env.Headers, po.headers)
+	}
+	for k, v := range po.ctxHeaders {
+		if _, set := env.Headers[k]; !set {
+			if env.Headers == nil {
+				env.Headers = make(map[string]string, len(po.ctxHeaders))
+			}
+			env.Headers[k] = v
+		}
 	}
 	if raw, ok := m.(Raw); ok {
 		if raw.Type == "" {
