@@ -36,6 +36,12 @@
 // Harness.BatchLimit and Harness.MaxMessageBytes. A case that needs one the harness does
 // not have is skipped with a message naming the field. Run lists the cases.
 //
+// The "Poison" case runs the real engine: give Harness.DB (a fresh database per call)
+// and Harness.Poisons (payloads your relay's destination refuses for good, saying
+// whether the sink reports the refusal with core.Permanent), and it checks bounded
+// retries, the dead letter's reason, other groups flowing, and Discard freeing a group
+// that a poison blocks.
+//
 // Drive and Outcome replay the engine's rules for a relay's result without a database:
 // use them in your own sink's tests to deliver a backlog the way the engine would.
 package sinktest

@@ -3,6 +3,7 @@ package sinktest
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -31,6 +32,18 @@ type Harness struct {
 	// matching core.ErrPermanent, while the rest of the batch is delivered.
 	// 0: skipped.
 	MaxMessageBytes int
+
+	// DB, optional, returns a fresh database (PostgreSQL, MariaDB or SQLite, with its
+	// driver registered) for the cases that run the real engine: "Poison".
+	DB func(t *testing.T) *sql.DB
+
+	// Poisons, optional, are messages the destination refuses for good; the "Poison"
+	// case runs each through the engine, with MaxAttempts 3 and 0. Needs DB.
+	Poisons []Poison
+
+	// PoisonScore, optional, receives what each run of the "Poison" case saw, once the
+	// run is over (t.Failed then says whether it passed).
+	PoisonScore func(t *testing.T, r PoisonResult)
 
 	// Parallel runs the cases in parallel with each other.
 	Parallel bool
@@ -100,6 +113,13 @@ type Received struct {
 //     *core.PartialFailure naming it); the other messages, including later ones of its
 //     group, are delivered.
 //   - BrokerDownAtStart: see Target.Stop.
+//   - Poison: for each of Harness.Poisons, the real engine on Harness.DB delivers four
+//     groups of eight messages, one of them the poison, through the relay. With
+//     MaxAttempts 3 the poison is tried at most 3 times (once if the sink says it is
+//     permanent) and goes dead with a last error giving the reason, and everything else
+//     arrives, each group in order. With MaxAttempts 0 a poison the sink does not call
+//     permanent blocks its group while the other groups arrive, until Discard frees it
+//     and the rest of its group arrives in order.
 //
 // Every message sent has a fresh destination, so IDs start at 1 in each case.
 func Run(t *testing.T, h Harness) {
@@ -123,6 +143,7 @@ func Run(t *testing.T, h Harness) {
 		{"BatchOverLimit", testBatchOverLimit},
 		{"Oversize", testOversize},
 		{"BrokerDownAtStart", testBrokerDown},
+		{"Poison", testPoison},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
