@@ -1,7 +1,9 @@
 package kafka_test
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"strconv"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/dbtest"
 	"github.com/outboxer-go/outboxer/sinks/kafka"
 	"github.com/outboxer-go/outboxer/sinktest"
 )
@@ -188,7 +191,19 @@ func TestConformance(t *testing.T) {
 		New: func(t *testing.T) *sinktest.Target {
 			c := newCluster(t, "events")
 			rd := newReader(t, c.ListenAddrs(), "events")
-			relay := newRelay(t, kafka.Config{Brokers: c.ListenAddrs(), Topic: "events", MaxRecordBytes: maxRecord})
+			relay := newRelay(t, kafka.Config{
+				Brokers: c.ListenAddrs(),
+				// The poison bound for a topic the cluster does not have goes there.
+				TopicFunc: func(env core.Envelope) string {
+					if bytes.Equal(env.Payload, missingTopicPayload) {
+						return "no-such-topic"
+					}
+					return "events"
+				},
+				MaxRecordBytes: maxRecord,
+				// Fail records for a missing topic after a few metadata lookups, not 4.
+				ClientOptions: []kgo.Opt{kgo.UnknownTopicRetries(1)},
+			})
 			return &sinktest.Target{
 				Relay:    relay,
 				Read:     rd.Read,
@@ -199,6 +214,44 @@ func TestConformance(t *testing.T) {
 		},
 		MaxMessageBytes: maxRecord,
 		Parallel:        true,
+		DB:              func(t *testing.T) *sql.DB { return dbtest.Postgres(t).DB },
+		Poisons: []sinktest.Poison{
+			{
+				Name:      "oversize",
+				Payload:   bytes.Repeat([]byte("x"), maxRecord+1),
+				Permanent: true,
+				Reason:    "too large",
+				By:        "sink: the relay's MaxRecordBytes check refuses it before the broker sees it",
+			},
+			{
+				Name:    "missing-topic",
+				Payload: missingTopicPayload,
+				Reason:  kerr.UnknownTopicOrPartition.Message,
+				By:      "broker: UNKNOWN_TOPIC_OR_PARTITION for a topic the cluster does not have (no auto-creation)",
+			},
+		},
+		PoisonScore: func(t *testing.T, r sinktest.PoisonResult) { recordPoison(t, "kafka", r) },
+	})
+}
+
+// missingTopicPayload marks the poison message the harness's relay sends to a topic
+// that does not exist.
+var missingTopicPayload = []byte(`{"poison":"missing topic"}`)
+
+// recordPoison adds a run of the Poison case to the reliability scoreboard.
+func recordPoison(t *testing.T, sink string, r sinktest.PoisonResult) {
+	dbtest.Record(t, dbtest.Score{
+		Scenario:   "7 poison message",
+		Variant:    r.Poison.Name + " " + r.Variant,
+		Database:   sink,
+		Published:  r.Published,
+		Committed:  r.Committed,
+		Delivered:  r.Delivered,
+		Lost:       r.Lost,
+		Reordered:  r.Reordered,
+		Duplicated: r.Duplicated,
+		Recover:    r.Recover,
+		Notes:      r.Poison.By + "; " + r.Outcome,
 	})
 }
 
