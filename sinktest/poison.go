@@ -65,6 +65,21 @@ const (
 	poisonIndex    = 2
 )
 
+// RunPoison runs only the "Poison" case, for a harness whose destinations are set up
+// for it (a queue with a small size limit, say) and would not suit the other cases.
+func RunPoison(t *testing.T, h Harness) {
+	t.Helper()
+	timeout := h.Timeout
+	if timeout == 0 {
+		timeout = 60 * time.Second
+	}
+	t.Run("Poison", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), timeout)
+		defer cancel()
+		testPoison(t, ctx, h)
+	})
+}
+
 func testPoison(t *testing.T, ctx context.Context, h Harness) {
 	if h.DB == nil || len(h.Poisons) == 0 {
 		t.Skip("the harness names no poison message or no database (Harness.Poisons, Harness.DB)")
