@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -159,8 +160,17 @@ var queueSeq atomic.Int64
 // newQueue creates a queue of its own for t.
 func newQueue(t testing.TB, fifo bool) string {
 	t.Helper()
+	return newQueueWith(t, fifo, nil)
+}
+
+// newQueueWith creates a queue of its own for t with the given attributes.
+func newQueueWith(t testing.TB, fifo bool, attrs map[string]string) string {
+	t.Helper()
 	name := fmt.Sprintf("q%d-%d", time.Now().UnixNano(), queueSeq.Add(1))
-	attrs := map[string]string{}
+	attrs = maps.Clone(attrs)
+	if attrs == nil {
+		attrs = map[string]string{}
+	}
 	if fifo {
 		name += ".fifo"
 		attrs["FifoQueue"] = "true"

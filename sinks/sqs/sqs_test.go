@@ -3,6 +3,7 @@ package sqs_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"log/slog"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/dbtest"
 	outboxsqs "github.com/outboxer-go/outboxer/sinks/sqs"
 	"github.com/outboxer-go/outboxer/sinktest"
 )
@@ -48,6 +50,36 @@ func TestConformance(t *testing.T) {
 		BatchLimit:      outboxsqs.MaxBatchEntries,
 		MaxMessageBytes: outboxsqs.DefaultMaxMessageBytes,
 		Parallel:        true,
+	})
+}
+
+// TestPoison runs the sinktest Poison case on a FIFO queue whose MaximumMessageSize is
+// 1 KiB: the emulator refuses the larger poison entry (SenderFault), and the relay
+// reports that as permanent.
+func TestPoison(t *testing.T) {
+	needEmulator(t)
+	sinktest.RunPoison(t, sinktest.Harness{
+		New: func(t *testing.T) *sinktest.Target {
+			queue := newQueueWith(t, true, map[string]string{"MaximumMessageSize": "1024"})
+			relay := newRelay(t, outboxsqs.Config{Client: newClient(endpoint), QueueURL: queue, Table: "outboxer_messages"})
+			return &sinktest.Target{Relay: relay, Read: newReader(t, queue).Read}
+		},
+		DB: func(t *testing.T) *sql.DB { return dbtest.Postgres(t).DB },
+		Poisons: []sinktest.Poison{{
+			Name:      "over-queue-limit",
+			Payload:   []byte(`{"pad":"` + strings.Repeat("x", 2000) + `"}`),
+			Permanent: true,
+			Reason:    "Message must be shorter than 1024 bytes",
+			By:        "broker: the queue's MaximumMessageSize (1 KiB) refuses the entry as the sender's fault",
+		}},
+		PoisonScore: func(t *testing.T, r sinktest.PoisonResult) {
+			dbtest.Record(t, dbtest.Score{
+				Scenario: "7 poison message", Variant: r.Poison.Name + " " + r.Variant, Database: "sqs",
+				Published: r.Published, Committed: r.Committed, Delivered: r.Delivered, Lost: r.Lost,
+				Reordered: r.Reordered, Duplicated: r.Duplicated, Recover: r.Recover,
+				Notes: r.Poison.By + "; " + r.Outcome,
+			})
+		},
 	})
 }
 
