@@ -1,7 +1,9 @@
 package watermillsink_test
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"maps"
 	"strconv"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/outboxer-go/outboxer/dbtest"
 	watermillsink "github.com/outboxer-go/outboxer/sinks/watermill"
 	"github.com/outboxer-go/outboxer/sinktest"
 )
@@ -60,6 +63,25 @@ func TestConformance(t *testing.T) {
 		},
 		MaxMessageBytes: maxBytes,
 		Parallel:        true,
+		DB:              func(t *testing.T) *sql.DB { return dbtest.Postgres(t).DB },
+		// RabbitMQ's own limit (max_message_size, 128 MiB by default and server-wide)
+		// is too large to hit in a test; the sink's MaxPayloadBytes check, set to the
+		// broker's limit, is what refuses an oversize message before RabbitMQ sees it.
+		Poisons: []sinktest.Poison{{
+			Name:      "oversize",
+			Payload:   bytes.Repeat([]byte("x"), maxBytes+1),
+			Permanent: true,
+			Reason:    "payload too large",
+			By:        "sink: the MaxPayloadBytes check refuses it before RabbitMQ sees it",
+		}},
+		PoisonScore: func(t *testing.T, r sinktest.PoisonResult) {
+			dbtest.Record(t, dbtest.Score{
+				Scenario: "7 poison message", Variant: r.Poison.Name + " " + r.Variant, Database: "watermill",
+				Published: r.Published, Committed: r.Committed, Delivered: r.Delivered, Lost: r.Lost,
+				Reordered: r.Reordered, Duplicated: r.Duplicated, Recover: r.Recover,
+				Notes: r.Poison.By + "; " + r.Outcome,
+			})
+		},
 	})
 }
 
