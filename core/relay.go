@@ -26,6 +26,10 @@ type Relay interface {
 	Deliver(ctx context.Context, batch []Envelope) error
 }
 
+// A Relay that wraps another one (to trace or measure its deliveries) may have a method
+// Unwrap() Relay returning the relay it wraps: the engine then names the wrapped relay's
+// type in BatchEvent.Relay, so telemetry does not change when a wrapper is added.
+
 // RelayFunc adapts a function to a Relay.
 type RelayFunc func(ctx context.Context, batch []Envelope) error
 

@@ -64,6 +64,14 @@ func relayName(r Relay) string {
 	if r == nil {
 		return ""
 	}
+	// A wrapper (tracing, metrics) names the relay it wraps.
+	for range 8 {
+		w, ok := r.(interface{ Unwrap() Relay })
+		if !ok || w.Unwrap() == nil {
+			break
+		}
+		r = w.Unwrap()
+	}
 	return reflect.TypeOf(r).String()
 }
 
