@@ -1,10 +1,17 @@
 package outboxerotel
 
-import "github.com/outboxer-go/outboxer/core"
+import (
+	"context"
+	"maps"
+
+	"github.com/outboxer-go/outboxer/core"
+)
 
 // Combine returns hooks that call, for each event, the hooks given that handle it, in the
 // order given. An event none of them handles stays nil in the result, so the engine
-// skips it at no cost.
+// skips it at no cost. For OnPublishContext, the headers the hooks return are merged (a
+// later hook's value wins for a name two of them set) and their done funcs are called
+// in the reverse order.
 func Combine(hooks ...core.Hooks) core.Hooks {
 	return core.Hooks{
 		OnPublish:        chain(hooks, func(h core.Hooks) func(core.PublishEvent) { return h.OnPublish }),
@@ -14,6 +21,49 @@ func Combine(hooks ...core.Hooks) core.Hooks {
 		OnRetry:          chain(hooks, func(h core.Hooks) func(core.MessageEvent) { return h.OnRetry }),
 		OnDead:           chain(hooks, func(h core.Hooks) func(core.MessageEvent) { return h.OnDead }),
 		OnPrune:          chain(hooks, func(h core.Hooks) func(core.PruneEvent) { return h.OnPrune }),
+		OnPublishContext: chainContext(hooks),
+	}
+}
+
+type publishContextHook = func(context.Context, core.PublishEvent) (map[string]string, func([]core.Envelope, error))
+
+// chainContext combines the OnPublishContext hooks as Combine says.
+func chainContext(hooks []core.Hooks) publishContextHook {
+	var fs []publishContextHook
+	for _, h := range hooks {
+		if h.OnPublishContext != nil {
+			fs = append(fs, h.OnPublishContext)
+		}
+	}
+	switch len(fs) {
+	case 0:
+		return nil
+	case 1:
+		return fs[0]
+	}
+	return func(ctx context.Context, ev core.PublishEvent) (map[string]string, func([]core.Envelope, error)) {
+		var headers map[string]string
+		var dones []func([]core.Envelope, error)
+		for _, f := range fs {
+			h, done := f(ctx, ev)
+			if len(h) > 0 {
+				if headers == nil {
+					headers = make(map[string]string, len(h))
+				}
+				maps.Copy(headers, h)
+			}
+			if done != nil {
+				dones = append(dones, done)
+			}
+		}
+		if len(dones) == 0 {
+			return headers, nil
+		}
+		return headers, func(envs []core.Envelope, err error) {
+			for i := len(dones) - 1; i >= 0; i-- {
+				dones[i](envs, err)
+			}
+		}
 	}
 }
 

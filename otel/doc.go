@@ -42,8 +42,50 @@
 // one partition and in Drain; with several partitions delivering at once the engine's
 // message events do not say which batch they belong to, and only the counts are kept.
 //
-// The spans are roots: the engine's hooks carry no context, so a relay's own spans are
-// not their children. WithoutSpans records the metrics alone.
+// The batch spans are roots: the engine's hooks carry no context, so a relay's own spans
+// are not their children (wrap the relay with Relay for that, below). WithoutSpans
+// records the metrics alone.
+//
+// # Tracing a message from publish to consumer
+//
+// Hooks also starts a span at every Publish and PublishAll call, through
+// core.Hooks.OnPublishContext: a PRODUCER span named "create <outbox>" (semantic
+// conventions for messaging: messaging.system "outboxer", messaging.operation.type
+// "create", messaging.destination.name the outbox, messaging.message.id the stored ID
+// of a single message, messaging.batch.message_count for several), a child of the span
+// in the caller's context. Its context is stored in the messages' headers by the
+// propagator, W3C trace context by default (traceparent, and tracestate when the trace
+// has one; WithPropagator changes it). The messages of one PublishAll call share one
+// span. A header the message sets itself (Headerer, core.WithHeaders) wins over the
+// stored context. A failed publish ends the span with its error; a transaction rolled
+// back later leaves a span for messages that never existed. WithoutPublishSpans turns
+// this off.
+//
+// Relay wraps a relay so that each delivery runs in a span "send <outbox>" (kind CLIENT,
+// since the create spans are the messages' creation context; messaging.operation.type
+// "send") that links to the create span of every message of the batch: a context
+// shared by consecutive messages is linked once, and at most WithMaxLinks contexts
+// (default 128) are linked, the rest counted in outboxer.batch.links_dropped. The
+// wrapped relay gets the send span in its context, so a broker client's own spans are
+// its children. The span ends with the delivery's outcome: an error, or a
+// *core.PartialFailure with the count of failed messages.
+//
+//	hooks, _ := outboxerotel.Hooks()
+//	relay, _ := outboxerotel.Relay(kafkaRelay)
+//	ob, err := core.New(core.Config{DB: db, Hooks: hooks,
+//		Outboxes: map[string]core.OutboxConfig{"orders": {Relay: relay}}})
+//
+// The sinks copy the headers to the broker (Kafka record headers, SQS message
+// attributes, Watermill metadata, River job args); each sink's documentation shows the
+// one call with which a consumer extracts the context. A consumer span started from it
+// is a child of the create span, in the publisher's trace:
+//
+//	ctx := propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(headers))
+//	ctx, span := tracer.Start(ctx, "process orders", trace.WithSpanKind(trace.SpanKindConsumer))
+//
+// The publisher and the relay must use the same propagator. The default is the W3C trace
+// context rather than the global propagator, which stores nothing until one is set;
+// pass otel.GetTextMapPropagator() to follow the global one.
 //
 // The hooks run on the engine's goroutines and only record in memory; they are safe for
 // concurrent use, and one value may serve several instances.

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxer-go/outboxer/core"
@@ -69,6 +70,31 @@ type config struct {
 	meters  metric.MeterProvider
 	tracers trace.TracerProvider
 	spans   bool
+
+	// Tracing of publish and delivery (trace.go).
+	propagator propagation.TextMapPropagator
+	noPublish  bool
+	maxLinks   int
+}
+
+// configure applies opts over the defaults, with the global providers for those unset.
+func configure(opts []Option) (config, error) {
+	cfg := config{spans: true, maxLinks: DefaultMaxLinks}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&cfg); err != nil {
+			return config{}, fmt.Errorf("outboxerotel: %w", err)
+		}
+	}
+	if cfg.meters == nil {
+		cfg.meters = otel.GetMeterProvider()
+	}
+	if cfg.tracers == nil {
+		cfg.tracers = otel.GetTracerProvider()
+	}
+	return cfg, nil
 }
 
 // WithMeterProvider records the metrics through mp instead of the global provider.
@@ -93,7 +119,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	}
 }
 
-// WithoutSpans records metrics only: no span per batch.
+// WithoutSpans records metrics only: no span per batch, no publish span and no trace
+// context in the messages (Relay then returns the relay it is given, unwrapped).
 func WithoutSpans() Option {
 	return func(c *config) error {
 		c.spans = false
@@ -102,27 +129,18 @@ func WithoutSpans() Option {
 }
 
 // Hooks returns engine hooks that record OpenTelemetry metrics and, unless WithoutSpans
-// is given, a span per batch. Without options the global meter and tracer providers are
+// is given, a span per batch and a publish span per Publish or PublishAll call, whose
+// trace context goes into the messages' headers (core.Hooks.OnPublishContext; see the
+// package documentation, and WithoutPublishSpans). Without options the global meter and tracer providers are
 // used (as they are when Hooks is called). Put the result in core.Config.Hooks, or chain
 // it with hooks of your own through Combine.
 //
 // One value of the result may serve several instances: the instance's Config.Name is
 // the outboxer.name attribute.
 func Hooks(opts ...Option) (core.Hooks, error) {
-	cfg := config{spans: true}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&cfg); err != nil {
-			return core.Hooks{}, fmt.Errorf("outboxerotel: %w", err)
-		}
-	}
-	if cfg.meters == nil {
-		cfg.meters = otel.GetMeterProvider()
-	}
-	if cfg.tracers == nil {
-		cfg.tracers = otel.GetTracerProvider()
+	cfg, err := configure(opts)
+	if err != nil {
+		return core.Hooks{}, err
 	}
 	b := &bridge{open: map[batchKey][]trace.Span{}, inFlight: map[outboxKey]int{}}
 	if err := b.instruments(cfg.meters.Meter(ScopeName)); err != nil {
@@ -139,6 +157,10 @@ func Hooks(opts ...Option) (core.Hooks, error) {
 	}
 	if cfg.spans {
 		b.tracer = cfg.tracers.Tracer(ScopeName)
+		if !cfg.noPublish {
+			p := &publisher{tracer: b.tracer, prop: cfg.propagatorOf()}
+			h.OnPublishContext = p.start
+		}
 	}
 	return h, nil
 }
