@@ -22,13 +22,13 @@ import (
 // Deliver must honour ctx: the engine cancels it when the delivery timeout passes or the
 // worker may have lost its partition, and a relay that keeps sending after that can break
 // the order a later owner keeps.
-type Relay interface {
-	Deliver(ctx context.Context, batch []Envelope) error
-}
-
+//
 // A Relay that wraps another one (to trace or measure its deliveries) may have a method
 // Unwrap() Relay returning the relay it wraps: the engine then names the wrapped relay's
 // type in BatchEvent.Relay, so telemetry does not change when a wrapper is added.
+type Relay interface {
+	Deliver(ctx context.Context, batch []Envelope) error
+}
 
 // RelayFunc adapts a function to a Relay.
 type RelayFunc func(ctx context.Context, batch []Envelope) error
