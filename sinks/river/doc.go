@@ -53,4 +53,15 @@
 // A message whose args cannot be built fails alone (permanently when the error says
 // so) and holds back the rest of its group; set Options.Ordering to the outbox's
 // Ordering so that the sink holds back what the engine will.
+//
+// # Trace context
+//
+// A job's metadata also carries the envelope's headers as a JSON object under
+// MetadataHeaders ("outboxer_headers"), whatever Options.Job builds: the publisher's
+// trace context (W3C traceparent and tracestate, which package outboxerotel stores when
+// publishing is traced) among them. A worker continues the trace from it:
+//
+//	var md struct{ Headers map[string]string `json:"outboxer_headers"` }
+//	_ = json.Unmarshal(job.Metadata, &md)
+//	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(md.Headers))
 package riversink

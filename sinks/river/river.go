@@ -22,6 +22,10 @@ const DefaultKind = "outboxer_message"
 const (
 	MetadataID     = "outboxer_id"     // the outbox row's ID, a JSON number
 	MetadataOutbox = "outboxer_outbox" // the outbox name
+	// MetadataHeaders holds the envelope's headers, a JSON object of strings, when it
+	// has any: the trace context (traceparent, tracestate) among them reaches the worker
+	// whatever Options.Job builds as args.
+	MetadataHeaders = "outboxer_headers"
 )
 
 // UniqueArgKey is the key the sink adds to a job's encoded args when it inserts outside
@@ -327,6 +331,9 @@ func withMetadata(meta []byte, env core.Envelope) ([]byte, error) {
 	}
 	m[MetadataID] = env.ID
 	m[MetadataOutbox] = env.Outbox
+	if len(env.Headers) > 0 {
+		m[MetadataHeaders] = env.Headers
+	}
 	return json.Marshal(m)
 }
 
