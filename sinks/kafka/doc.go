@@ -27,4 +27,14 @@
 //
 // Kafka's own transient errors (leader changes, replicas catching up) are retried inside
 // the client, in order, until the delivery's context ends.
+//
+// # Trace context
+//
+// The message headers carry the publisher's trace context when publishing is traced
+// (package outboxerotel stores W3C traceparent and tracestate), so they arrive as record
+// headers. A consumer continues the trace from them:
+//
+//	h := map[string]string{}
+//	for _, rh := range rec.Headers { h[rh.Key] = string(rh.Value) }
+//	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(h))
 package kafka

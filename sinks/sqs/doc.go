@@ -37,4 +37,17 @@
 // request that fails names its messages in a *core.PartialFailure; the later messages
 // of their groups are not sent and are named too; other groups go on. Entries SQS
 // refuses as the sender's fault are permanent; others are retried by the engine.
+//
+// # Trace context
+//
+// The publisher's trace context (W3C traceparent and tracestate, which package
+// outboxerotel stores in the headers when publishing is traced) travels like any other
+// header: as String attributes, or inside AttrHeaders when the headers do not fit. A
+// consumer that receives with MessageAttributeNames ["All"] reads the headers back and
+// continues the trace:
+//
+//	h := map[string]string{}
+//	for k, v := range m.MessageAttributes { h[k] = aws.ToString(v.StringValue) }
+//	if j, ok := h[sqs.AttrHeaders]; ok { _ = json.Unmarshal([]byte(j), &h) }
+//	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(h))
 package sqs

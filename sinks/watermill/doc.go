@@ -61,4 +61,12 @@
 //
 // Deliver's context becomes each message's context (msg.Context()), which publishers
 // that do network I/O use for their deadline. The sink never closes the publisher.
+//
+// # Trace context
+//
+// The envelope's headers become metadata, so the publisher's trace context (W3C
+// traceparent and tracestate, which package outboxerotel stores when publishing is
+// traced) reaches the subscriber. A handler continues the trace from it:
+//
+//	ctx := propagation.TraceContext{}.Extract(msg.Context(), propagation.MapCarrier(msg.Metadata))
 package watermillsink
