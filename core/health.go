@@ -66,10 +66,12 @@ type PartitionHealth struct {
 	OldestAge                    time.Duration
 	Dead                         int64
 	// Owner holds the partition's lease, or held it last ("" when nobody ever did);
-	// LeaseHeld says whether that lease is live.
+	// LeaseHeld says whether that lease is live, and LeaseExpires (zero when it is not)
+	// when it runs out unless renewed. Token counts the takeovers of the partition.
 	Owner        string
 	LeaseHeld    bool
 	LeaseExpires time.Time
+	Token        int64
 	Paused       bool
 }
 
@@ -183,7 +185,7 @@ func (o *Outboxer) outboxHealth(ctx context.Context, ob *box) (OutboxHealth, tim
 			return err
 		}
 		ph := get(p)
-		ph.Owner, ph.LeaseExpires, ph.Paused = owner, expires.Time, paused
+		ph.Owner, ph.LeaseExpires, ph.Token, ph.Paused = owner, expires.Time, token, paused
 		ph.LeaseHeld = owner != "" && expires.After(dbNow.Time)
 		if !ph.LeaseHeld {
 			ph.LeaseExpires = time.Time{}

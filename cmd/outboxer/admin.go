@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"strconv"
@@ -391,6 +393,8 @@ func runPauseResume(ctx context.Context, e *env, name string, args []string) err
 type partitionJSON struct {
 	Partition     int        `json:"partition"`
 	Backlog       int64      `json:"backlog"`
+	Retrying      int64      `json:"retrying"`
+	Scheduled     int64      `json:"scheduled"`
 	OldestSeconds float64    `json:"oldest_pending_age_seconds"`
 	Dead          int64      `json:"dead"`
 	Owner         string     `json:"owner"`
@@ -401,23 +405,51 @@ type partitionJSON struct {
 }
 
 type statusJSON struct {
-	Outbox     string          `json:"outbox"`
-	Backlog    int64           `json:"backlog"`
-	Dead       int64           `json:"dead"`
-	Paused     bool            `json:"paused"`
-	Partitions []partitionJSON `json:"partitions"`
+	Outbox        string          `json:"outbox"`
+	Backlog       int64           `json:"backlog"`
+	Retrying      int64           `json:"retrying"`
+	Scheduled     int64           `json:"scheduled"`
+	OldestSeconds float64         `json:"oldest_pending_age_seconds"`
+	Dead          int64           `json:"dead"`
+	Paused        bool            `json:"paused"`
+	Owners        map[string]int  `json:"owners"`
+	Unowned       []int           `json:"unowned"`
+	Problems      []string        `json:"problems,omitempty"`
+	Partitions    []partitionJSON `json:"partitions"`
 }
 
 func runStatus(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "status")
 	fs.outboxFlag("outbox to show; repeat for several (default: every outbox in the table)")
 	fs.jsonFlag()
+	var limits core.HealthLimits
+	check := fs.Bool("check", false, "check the health against the limits below: exit 4 and name the problems when unhealthy")
+	fs.DurationVar(&limits.MaxAge, "max-age", 0, "with --check: the oldest due message may wait this long (0: not checked)")
+	fs.Int64Var(&limits.MaxPending, "max-pending", 0, "with --check: the largest backlog allowed (0: not checked)")
+	fs.Int64Var(&limits.MaxDead, "max-dead", 0, "with --check: the most dead messages allowed (-1: not checked)")
+	fs.BoolVar(&limits.AllowUnowned, "allow-unowned", false, "with --check: partitions no relay owns are not a problem")
+	fs.BoolVar(&limits.FailPaused, "fail-paused", false, "with --check: a paused outbox is a problem")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
 		return usagef("status takes no arguments, got %q", pos)
+	}
+	if !*check {
+		var given []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "max-age", "max-pending", "max-dead", "allow-unowned", "fail-paused":
+				given = append(given, "--"+f.Name)
+			}
+		})
+		if len(given) > 0 {
+			return usagef("%s only apply with --check", strings.Join(given, ", "))
+		}
+	}
+	if limits.MaxAge < 0 || limits.MaxPending < 0 {
+		return usagef("--max-age and --max-pending cannot be negative")
 	}
 	ctx, cancel := fs.context(ctx)
 	defer cancel()
@@ -431,36 +463,91 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	out := []statusJSON{}
-	for _, o := range outboxes {
-		parts, err := ob.Status(ctx, o)
-		if err != nil {
+	var health core.Health
+	if ob != nil {
+		if health, err = ob.Health(ctx, outboxes...); err != nil {
 			return err
 		}
-		dead, err := s.deadByPartition(ctx, o)
-		if err != nil {
-			return err
+	}
+	var problems []error
+	for _, h := range health.Outboxes {
+		st := statusJSON{
+			Outbox: h.Outbox, Backlog: h.Pending, Retrying: h.Retrying, Scheduled: h.Scheduled,
+			OldestSeconds: h.OldestAge.Seconds(), Dead: h.Dead, Paused: h.Paused,
+			Owners: h.Owners, Unowned: h.Unowned, Partitions: []partitionJSON{},
 		}
-		st := statusJSON{Outbox: o, Partitions: []partitionJSON{}}
-		for _, p := range parts {
+		for _, p := range h.Partitions {
 			pj := partitionJSON{
-				Partition: p.Partition, Backlog: p.Pending, OldestSeconds: p.OldestAge.Seconds(),
-				Dead: dead[p.Partition], Owner: p.Owner, Token: p.Token, LeaseHeld: p.LeaseHeld, Paused: p.Paused,
+				Partition: p.Partition, Backlog: p.Pending, Retrying: p.Retrying, Scheduled: p.Scheduled,
+				OldestSeconds: p.OldestAge.Seconds(), Dead: p.Dead, Owner: p.Owner, Token: p.Token,
+				LeaseHeld: p.LeaseHeld, Paused: p.Paused,
 			}
-			if p.Owner != "" && !p.LeaseExpires.IsZero() {
+			if p.LeaseHeld {
 				t := p.LeaseExpires.UTC()
 				pj.LeaseExpires = &t
 			}
-			st.Backlog += pj.Backlog
-			st.Dead += pj.Dead
-			st.Paused = st.Paused || pj.Paused
 			st.Partitions = append(st.Partitions, pj)
+		}
+		if *check {
+			if err := h.Check(limits); err != nil {
+				problems = append(problems, err)
+				for _, e := range unjoin(err) {
+					st.Problems = append(st.Problems, e.Error())
+				}
+			}
 		}
 		out = append(out, st)
 	}
 	if fs.json {
-		return writeJSON(e.stdout, out)
+		if err := writeJSON(e.stdout, out); err != nil {
+			return err
+		}
+	} else if err := printStatus(e, out); err != nil {
+		return err
 	}
-	tw := newTable(e.stdout, "OUTBOX", "PART", "BACKLOG", "OLDEST", "DEAD", "OWNER", "LEASE", "PAUSED")
+	if len(problems) > 0 {
+		return &unhealthyError{errors.Join(problems...)}
+	}
+	return nil
+}
+
+// unjoin lists the problems joined in err: each *core.HealthError, or err itself.
+func unjoin(err error) []error {
+	if _, ok := err.(*core.HealthError); ok {
+		return []error{err}
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, unjoin(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// printStatus prints a line per outbox, then a line per partition.
+func printStatus(e *env, out []statusJSON) error {
+	yesNo := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+	tw := newTable(e.stdout, "OUTBOX", "BACKLOG", "RETRYING", "SCHEDULED", "OLDEST", "DEAD", "OWNERS", "UNOWNED", "PAUSED")
+	for _, st := range out {
+		unowned := make([]string, len(st.Unowned))
+		for i, p := range st.Unowned {
+			unowned[i] = strconv.Itoa(p)
+		}
+		row(tw, st.Outbox, st.Backlog, st.Retrying, st.Scheduled, age(seconds(st.OldestSeconds)), st.Dead,
+			len(st.Owners), orDash(strings.Join(unowned, ",")), yesNo(st.Paused))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout)
+	tw = newTable(e.stdout, "OUTBOX", "PART", "BACKLOG", "OLDEST", "DEAD", "OWNER", "LEASE", "PAUSED")
 	for _, st := range out {
 		for _, p := range st.Partitions {
 			lease := "free"
@@ -470,13 +557,11 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 			case p.Owner != "":
 				lease = "expired"
 			}
-			paused := "no"
-			if p.Paused {
-				paused = "yes"
-			}
-			row(tw, st.Outbox, p.Partition, p.Backlog, age(time.Duration(p.OldestSeconds*float64(time.Second))),
-				p.Dead, orDash(p.Owner), lease, paused)
+			row(tw, st.Outbox, p.Partition, p.Backlog, age(seconds(p.OldestSeconds)),
+				p.Dead, orDash(p.Owner), lease, yesNo(p.Paused))
 		}
 	}
 	return tw.Flush()
 }
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

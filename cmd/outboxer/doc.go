@@ -22,8 +22,9 @@
 //	outboxer counts  [--outbox NAME]...                  messages by state
 //	outboxer pending [--outbox NAME]... [--limit N]      oldest first, with attempts and last error
 //	outboxer dead    [--outbox NAME]... [--limit N]
-//	outboxer status  [--outbox NAME]...                  per partition: backlog, oldest pending age,
-//	                                                    dead, owner, lease expiry, paused
+//	outboxer status  [--outbox NAME]... [--check …]      per outbox and partition: backlog, retrying,
+//	                                                    scheduled, oldest due age, dead, owners,
+//	                                                    unowned partitions, lease expiry, paused
 //	outboxer retry   --outbox NAME (ID... | --all) [--yes]   dead messages back to pending
 //	outboxer discard --outbox NAME (ID... | --dead) [--yes]  delete for good
 //	outboxer pause   --outbox NAME... [--partitions N]
@@ -46,8 +47,25 @@
 //	2  usage error: bad flags, a malformed DSN, an invalid name or configuration;
 //	   nothing was done
 //	3  a destructive command was not confirmed; nothing was changed
+//	4  status --check found an outbox outside its limits
 //
 // Errors are one line on stderr.
+//
+// # Health checks
+//
+// status reads core's Health: per outbox the backlog, the messages waiting for a retry
+// and those scheduled for later, how long the oldest due message has waited (the lag),
+// the dead messages, the nodes owning partitions and the partitions nobody owns. With
+// --check it also judges it, for cron jobs and probes: it prints the status, then one
+// line per problem on stderr, and exits 4 when there is any.
+//
+//	outboxer status --check --max-age 5m                  lag over 5 minutes, any dead message,
+//	                                                      a partition no relay owns
+//	outboxer status --check --max-dead -1 --allow-unowned --max-pending 100000
+//	outboxer status --check --fail-paused                 a paused outbox is a problem too
+//
+// --max-dead defaults to 0 (any dead message is a problem; -1 does not check), and
+// --max-age and --max-pending to 0 (not checked). These flags need --check.
 //
 // # Relay
 //

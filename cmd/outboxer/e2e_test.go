@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -277,7 +278,11 @@ func TestStatusPauseResume(t *testing.T) {
 			t.Fatalf("status: %+v", status)
 		}
 		orders := status[1]
-		if orders.Backlog != 5 || orders.Dead != 2 || orders.Paused || len(orders.Partitions) != 2 {
+		if orders.Backlog != 5 || orders.Dead != 2 || orders.Paused || len(orders.Partitions) != 2 ||
+			orders.Retrying != 0 || orders.Scheduled != 0 || len(orders.Owners) != 0 || !slices.Equal(orders.Unowned, []int{0, 1}) {
+			t.Fatalf("status of orders: %+v", orders)
+		}
+		if orders.OldestSeconds <= 0 || orders.OldestSeconds > 300 || orders.Problems != nil {
 			t.Fatalf("status of orders: %+v", orders)
 		}
 		for _, p := range orders.Partitions {
@@ -303,9 +308,14 @@ func TestStatusPauseResume(t *testing.T) {
 			}
 		}
 		// The human table shows it too.
+		// A line for the outbox, then one per partition.
 		r = mustRun(t, "status", "--dsn", s.dsn, "--outbox", "orders")
 		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-		if len(lines) != 3 || !strings.HasSuffix(lines[1], "yes") || !strings.HasSuffix(lines[2], "yes") || !strings.Contains(lines[1], "free") {
+		if len(lines) != 6 || strings.Join(strings.Fields(lines[0]), " ") != "OUTBOX BACKLOG RETRYING SCHEDULED OLDEST DEAD OWNERS UNOWNED PAUSED" ||
+			!strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "), "orders 5 0 0 ") ||
+			!strings.HasSuffix(strings.Join(strings.Fields(lines[1]), " "), " 2 0 0,1 yes") || lines[2] != "" ||
+			!strings.HasPrefix(lines[3], "OUTBOX ") || !strings.HasSuffix(lines[4], "yes") || !strings.HasSuffix(lines[5], "yes") ||
+			!strings.Contains(lines[4], "free") {
 			t.Fatalf("status table:\n%s", r.stdout)
 		}
 
@@ -534,5 +544,75 @@ func TestMigrate(t *testing.T) {
 		if r := mustRun(t, "counts", "--dsn", path, "--json"); strings.TrimSpace(r.stdout) != "[]" {
 			t.Fatalf("counts: %v", r)
 		}
+	})
+}
+
+// ageMessages moves the creation and due time of every message an hour into the past.
+func ageMessages(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	back := map[core.Dialect]string{
+		core.Postgres: "%s - interval '1 hour'",
+		core.MySQL:    "%s - INTERVAL 1 HOUR",
+		core.SQLite:   "%s - 3600000000",
+	}[db.Dialect]
+	q := fmt.Sprintf(`UPDATE outboxer_messages SET created_at = %s, available_at = %s`,
+		fmt.Sprintf(back, "created_at"), fmt.Sprintf(back, "available_at"))
+	if _, err := db.ExecContext(context.Background(), q); err != nil {
+		t.Fatalf("age messages: %v", err)
+	}
+}
+
+func TestStatusCheck(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		s := seed(t, db)
+		ageMessages(t, db)
+
+		// The defaults: dead messages and partitions nobody delivers are problems, one a
+		// line on stderr, exit code 4; the status is printed all the same.
+		r := cli(t, "", "status", "--dsn", s.dsn, "--check")
+		if r.code != exitUnhealthy {
+			t.Fatalf("status --check: %v", r)
+		}
+		problems := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		want := []string{
+			`outboxer status: unhealthy: outboxer: partitions without an owner: outbox "emails": no live owner for partition 0`,
+			`outboxer status: unhealthy: outboxer: dead messages: outbox "orders": 2 dead (limit 0)`,
+			`outboxer status: unhealthy: outboxer: partitions without an owner: outbox "orders": no live owner for partition 0, 1`,
+		}
+		if !slices.Equal(problems, want) {
+			t.Fatalf("status --check said:\n%s\nwant:\n%s", r.stderr, strings.Join(want, "\n"))
+		}
+		if !strings.HasPrefix(r.stdout, "OUTBOX ") {
+			t.Fatalf("status --check printed no table:\n%s", r.stdout)
+		}
+
+		// The lag: the messages waited an hour.
+		r = cli(t, "", "status", "--dsn", s.dsn, "--check", "--max-age", "30m", "--max-dead", "-1", "--allow-unowned", "--outbox", "orders")
+		wantFailure(t, r, exitUnhealthy, `outboxer: delivery lags: outbox "orders": the oldest due message has waited 1h`)
+		mustRun(t, "status", "--dsn", s.dsn, "--check", "--max-age", "2h", "--max-dead", "2", "--allow-unowned")
+
+		// JSON names the problems per outbox.
+		r = cli(t, "", "status", "--dsn", s.dsn, "--json", "--check", "--max-pending", "4", "--allow-unowned")
+		if r.code != exitUnhealthy {
+			t.Fatalf("status --json --check: %v", r)
+		}
+		st := decode[[]statusJSON](t, r)
+		if len(st) != 2 || st[0].Problems != nil || len(st[1].Problems) != 2 ||
+			st[1].Problems[0] != `outboxer: backlog too large: outbox "orders": 5 messages pending (limit 4)` ||
+			st[1].Problems[1] != `outboxer: dead messages: outbox "orders": 2 dead (limit 0)` {
+			t.Fatalf("status --json --check: %+v", st)
+		}
+		if st[1].OldestSeconds < 3600 || st[1].OldestSeconds > 4000 {
+			t.Fatalf("oldest pending age %vs, want an hour", st[1].OldestSeconds)
+		}
+
+		// A paused outbox is a problem only when asked.
+		mustRun(t, "pause", "--dsn", s.dsn, "--outbox", "emails")
+		mustRun(t, "status", "--dsn", s.dsn, "--check", "--max-dead", "-1", "--allow-unowned")
+		r = cli(t, "", "status", "--dsn", s.dsn, "--check", "--max-dead", "-1", "--allow-unowned", "--fail-paused")
+		wantFailure(t, r, exitUnhealthy, `outboxer: outbox paused: outbox "emails": paused`)
+
+		// Limits without --check are a usage error; nothing is read.
+		wantFailure(t, cli(t, "", "status", "--dsn", s.dsn, "--max-age", "5m"), exitUsage, "--max-age only apply with --check")
 	})
 }

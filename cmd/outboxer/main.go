@@ -16,10 +16,11 @@ import (
 
 // Exit codes.
 const (
-	exitOK      = 0 // the command did what it was asked
-	exitRuntime = 1 // the database, the outbox or the relay failed (unreachable, unknown outbox, …)
-	exitUsage   = 2 // the command line or the configuration is wrong; nothing was done
-	exitAborted = 3 // a destructive command was not confirmed; nothing was changed
+	exitOK        = 0 // the command did what it was asked
+	exitRuntime   = 1 // the database, the outbox or the relay failed (unreachable, unknown outbox, …)
+	exitUsage     = 2 // the command line or the configuration is wrong; nothing was done
+	exitAborted   = 3 // a destructive command was not confirmed; nothing was changed
+	exitUnhealthy = 4 // status --check found an outbox outside its limits
 )
 
 // usageError is bad input found before anything was done: exit code 2.
@@ -30,6 +31,12 @@ func (e *usageError) Error() string { return e.msg }
 func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
+
+// unhealthyError: status --check found problems: exit code 4.
+type unhealthyError struct{ err error }
+
+func (e *unhealthyError) Error() string { return "unhealthy: " + e.err.Error() }
+func (e *unhealthyError) Unwrap() error { return e.err }
 
 // errAborted: the operator did not confirm: exit code 3.
 var errAborted = errors.New("not confirmed: nothing was changed")
@@ -61,7 +68,7 @@ func init() {
 		{"discard", "[ID...]", "delete messages for good (the IDs given, or every dead one with --dead)", runDiscard},
 		{"pause", "", "stop delivering an outbox on every node until resume", runPause},
 		{"resume", "", "restart delivering a paused outbox", runResume},
-		{"status", "", "show each partition: backlog, oldest pending, dead, owner, lease, paused", runStatus},
+		{"status", "", "show each outbox and partition: backlog, lag, retries, dead, owners, paused; --check for probes", runStatus},
 		{"relay", "", "deliver outboxes to brokers, as configured in a YAML or TOML file (--config)", runRelay},
 	}
 }
@@ -105,6 +112,7 @@ func run(ctx context.Context, e *env, args []string) int {
 
 func report(e *env, name string, err error) int {
 	var ue *usageError
+	var he *unhealthyError
 	switch {
 	case err == nil:
 		return exitOK
@@ -116,6 +124,12 @@ func report(e *env, name string, err error) int {
 	case errors.Is(err, errAborted):
 		fmt.Fprintf(e.stderr, "outboxer %s: %s\n", name, oneLine(err.Error()))
 		return exitAborted
+	case errors.As(err, &he):
+		// One problem a line: an operator reads them, a script counts them.
+		for _, p := range unjoin(he.err) {
+			fmt.Fprintf(e.stderr, "outboxer %s: unhealthy: %s\n", name, oneLine(p.Error()))
+		}
+		return exitUnhealthy
 	}
 	fmt.Fprintf(e.stderr, "outboxer %s: %s\n", name, oneLine(err.Error()))
 	return exitRuntime
@@ -150,7 +164,8 @@ Common flags (run outboxer <command> -h for each command's own):
 
 Exit codes: 0 done, 1 runtime error (database, unknown outbox, relay),
 2 usage error (flags, DSN, configuration; nothing was done),
-3 a destructive command was not confirmed (nothing was changed).
+3 a destructive command was not confirmed (nothing was changed),
+4 status --check found an outbox outside its limits.
 `)
 }
 

@@ -256,7 +256,7 @@ func TestRelayDeliversHandWrittenRows(t *testing.T) {
 					return false
 				}
 			}
-			return st[0].Backlog == 0
+			return st[0].Backlog == 0 && len(st[0].Unowned) == 0 && len(st[0].Owners) == 1
 		})
 
 		if code := p.stop(t); code != 0 {

@@ -240,23 +240,3 @@ func (s *store) ids(ctx context.Context, outbox string, state core.State, want [
 	slices.Sort(found)
 	return found, nil
 }
-
-// deadByPartition counts the dead messages of the outbox per partition.
-func (s *store) deadByPartition(ctx context.Context, outbox string) (map[int]int64, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT part, COUNT(*) FROM `+s.msgs+` WHERE outbox = `+s.ph(1)+
-		` AND state = `+s.ph(2)+` GROUP BY part`, outbox, int(core.Dead))
-	if err != nil {
-		return nil, fmt.Errorf("count dead messages of %q: %w", outbox, err)
-	}
-	defer rows.Close()
-	out := map[int]int64{}
-	for rows.Next() {
-		var p int
-		var n int64
-		if err := rows.Scan(&p, &n); err != nil {
-			return nil, err
-		}
-		out[p] = n
-	}
-	return out, rows.Err()
-}
