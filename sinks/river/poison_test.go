@@ -40,7 +40,9 @@ func TestPoison(t *testing.T) {
 					mu.Unlock()
 					return &sinktest.Target{
 						Relay: newPoisonRelay(t, db, mode),
-						Read:  func(ctx context.Context, n int) ([]sinktest.Received, error) { return readDefaultJobs(ctx, db.DB.DB, n) },
+						Read: func(ctx context.Context, n int) ([]sinktest.Received, error) {
+							return readDefaultJobs(ctx, db.DB.DB, n)
+						},
 					}
 				},
 				DB: func(t *testing.T) *sql.DB {
