@@ -30,6 +30,38 @@
 //	outboxer.batch.duration  seconds from handing the batch to the relay to its commit
 //	outboxer.batch.size      messages handed to the relay
 //
+// # Health gauges
+//
+// The counters say what happened; the health says where things stand. RegisterGauges
+// observes an instance's core.Health, read from the database when the metrics are
+// collected (at most once per MinRefresh, 10 s by default, however many readers or
+// scrapes there are):
+//
+//	g, err := outboxerotel.RegisterGauges(ob) // the global meter provider
+//	if err != nil { ... }
+//	defer g.Close()
+//
+// Per outbox, with outboxer.name and outboxer.outbox:
+//
+//	outboxer.outbox.pending      {message}    the backlog (retrying and scheduled included)
+//	outboxer.outbox.retrying     {message}    pending messages that failed at least once
+//	outboxer.outbox.scheduled    {message}    pending messages whose delay is not over
+//	outboxer.outbox.dead         {message}    dead messages awaiting RetryDead or Discard
+//	outboxer.outbox.oldest_age   s            how long the oldest due message has waited: the lag
+//	outboxer.outbox.paused                    1 when paused, else 0
+//	outboxer.partitions.unowned  {partition}  partitions no node holds a live lease on
+//	outboxer.partitions.owned    {partition}  partitions held, per owner (outboxer.owner)
+//
+// The counts are asynchronous up-down counters, as OpenTelemetry advises for counts that
+// add up (Prometheus shows them as gauges); the age and the pause are asynchronous
+// gauges. OpenTelemetry's messaging conventions name no metric for a backlog or its age,
+// hence the outboxer namespace. The health is the same whichever node reads it: register
+// the gauges on one node, or aggregate with max rather than sum.
+//
+// With the Prometheus exporter the names become outboxer_outbox_pending,
+// outboxer_outbox_oldest_age_seconds, outboxer_outbox_dead, outboxer_partitions_unowned
+// and so on; examples/prometheus has alert rules written against them.
+//
 // # Spans
 //
 // Each batch gets a span named outboxer.batch, from the batch's start to its stop or
