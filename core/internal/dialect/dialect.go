@@ -407,22 +407,43 @@ func (s *SQL) IDList(ids []int64) (string, []any) {
 	return `id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`, args
 }
 
+// deleteByID and updateByID begin a statement that changes messages picked by ID.
+//
+// On MySQL they make InnoDB reach the rows through the primary key: when the IDs are a
+// good part of a small table (the usual backlog), its optimizer prefers a full scan, and
+// a full-scan DELETE or UPDATE waits for the row lock of every row it passes, including
+// the uncommitted row of any publishing transaction still open. A confirmation would then
+// wait for unrelated publishers, or fail after the lock wait timeout.
+func (s *SQL) deleteByID() string {
+	if s.Kind == MySQL {
+		return `DELETE m FROM ` + s.Messages + ` AS m FORCE INDEX (PRIMARY)`
+	}
+	return `DELETE FROM ` + s.Messages
+}
+
+func (s *SQL) updateByID() string {
+	if s.Kind == MySQL {
+		return `UPDATE ` + s.Messages + ` FORCE INDEX (PRIMARY)`
+	}
+	return `UPDATE ` + s.Messages
+}
+
 // DeleteIDs deletes messages of an outbox by ID, whatever their state.
 func (s *SQL) DeleteIDs(outbox string, ids []int64) (string, []any) {
 	cond, args := s.IDList(ids)
-	return s.p(`DELETE FROM ` + s.Messages + ` WHERE outbox = ? AND ` + cond), append([]any{outbox}, args...)
+	return s.p(s.deleteByID() + ` WHERE outbox = ? AND ` + cond), append([]any{outbox}, args...)
 }
 
 // DeletePending deletes delivered messages still pending (retention delete).
 func (s *SQL) DeletePending(ids []int64) (string, []any) {
 	cond, args := s.IDList(ids)
-	return s.p(`DELETE FROM ` + s.Messages + ` WHERE state = 0 AND ` + cond), args
+	return s.p(s.deleteByID() + ` WHERE state = 0 AND ` + cond), args
 }
 
 // MarkDelivered marks pending messages delivered (retention keep).
 func (s *SQL) MarkDelivered(ids []int64) (string, []any) {
 	cond, args := s.IDList(ids)
-	return s.p(`UPDATE ` + s.Messages + ` SET state = 1, delivered_at = ` + s.Now() + ` WHERE state = 0 AND ` + cond), args
+	return s.p(s.updateByID() + ` SET state = 1, delivered_at = ` + s.Now() + ` WHERE state = 0 AND ` + cond), args
 }
 
 // ConfirmAll (PostgreSQL) extends the lease of (outbox, part) if its token still matches
@@ -445,7 +466,7 @@ func (s *SQL) ConfirmAll(ids []int64, keep bool) (string, []any) {
 // RetryDeadIDs revives dead messages of an outbox by ID.
 func (s *SQL) RetryDeadIDs(outbox string, ids []int64) (string, []any) {
 	cond, args := s.IDList(ids)
-	return s.p(`UPDATE ` + s.Messages + ` SET state = 0, attempts = 0, available_at = ` + s.Now() +
+	return s.p(s.updateByID() + ` SET state = 0, attempts = 0, available_at = ` + s.Now() +
 		` WHERE outbox = ? AND state = 2 AND ` + cond), append([]any{outbox}, args...)
 }
 
