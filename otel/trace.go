@@ -264,8 +264,18 @@ func (r *tracedRelay) start(ctx context.Context, batch []core.Envelope) (context
 				continue
 			}
 			last = tp
+			if len(links) >= r.maxLinks {
+				// Another context, past the limit: counted without being read.
+				dropped++
+				continue
+			}
 		}
-		sc := trace.SpanContextFromContext(r.prop.Extract(context.Background(), propagation.MapCarrier(h)))
+		var sc trace.SpanContext
+		if r.w3c {
+			sc = parseW3C(last, h["tracestate"])
+		} else {
+			sc = trace.SpanContextFromContext(r.prop.Extract(context.Background(), propagation.MapCarrier(h)))
+		}
 		if !sc.IsValid() || sc.Equal(lastSC) {
 			continue
 		}
@@ -315,4 +325,53 @@ func (r *tracedRelay) end(span trace.Span, n int, err error, panicked any) {
 	if panicked != nil {
 		panic(panicked)
 	}
+}
+
+// parseW3C reads a W3C traceparent (and tracestate) as propagation.TraceContext does,
+// without the context it would allocate per message: "00-<trace ID>-<span ID>-<flags>",
+// or a later version with more fields after these. An invalid one gives the zero
+// SpanContext.
+func parseW3C(traceparent, tracestate string) trace.SpanContext {
+	const n = 55 // 2+1+32+1+16+1+2
+	if len(traceparent) < n || traceparent[2] != '-' || traceparent[35] != '-' || traceparent[52] != '-' {
+		return trace.SpanContext{}
+	}
+	var version, flags [1]byte
+	var cfg trace.SpanContextConfig
+	ok := unhex(version[:], traceparent[:2]) && unhex(cfg.TraceID[:], traceparent[3:35]) &&
+		unhex(cfg.SpanID[:], traceparent[36:52]) && unhex(flags[:], traceparent[53:55])
+	if !ok || version[0] == 0xff || (len(traceparent) > n && traceparent[n] != '-') ||
+		(version[0] == 0 && (len(traceparent) != n || flags[0] > 3)) {
+		return trace.SpanContext{}
+	}
+	cfg.TraceFlags = trace.TraceFlags(flags[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	cfg.Remote = true
+	if tracestate != "" {
+		if ts, err := trace.ParseTraceState(tracestate); err == nil {
+			cfg.TraceState = ts
+		}
+	}
+	return trace.NewSpanContext(cfg)
+}
+
+// unhex decodes lowercase hex (as W3C requires) from s into dst, which is len(s)/2 long.
+func unhex(dst []byte, s string) bool {
+	for i := range dst {
+		hi, lo := hexVal(s[2*i]), hexVal(s[2*i+1])
+		if hi > 15 || lo > 15 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func hexVal(c byte) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0'
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10
+	}
+	return 255
 }

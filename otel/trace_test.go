@@ -516,3 +516,55 @@ func ExampleRelay() {
 	// create orders: child of place order: true
 	// send orders: links to create orders: true
 }
+
+// TestSendSpanReadsW3CAsTheStandardPropagator: the send span links, for each header a
+// message may carry, the context propagation.TraceContext reads from it, and nothing for
+// the invalid ones.
+func TestSendSpanReadsW3CAsTheStandardPropagator(t *testing.T) {
+	ctx := context.Background()
+	tel := newTelemetry(t)
+	ob, db := tracedInstance(t, tel, &spanRelay{}, []outboxerotel.Option{outboxerotel.WithoutPublishSpans()}, nil)
+	const tid, sid = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	headers := []map[string]string{
+		{"traceparent": "00-" + tid + "-" + sid + "-01"},
+		{"traceparent": "00-" + tid + "-" + sid + "-00"}, // not sampled
+		{"traceparent": "00-" + tid + "-" + sid + "-03", "tracestate": "vendor=a,other=b"},
+		{"traceparent": "00-" + tid + "-b7ad6b7169203332-01", "tracestate": "not a state"},
+		{"traceparent": "01-" + tid + "-b7ad6b7169203333-01-future"}, // a later version
+		{"traceparent": "00-" + tid + "-b7ad6b7169203334-01-extra"},  // version 0 has no more fields
+		{"traceparent": "ff-" + tid + "-b7ad6b7169203335-01"},        // forbidden version
+		{"traceparent": "00-00000000000000000000000000000000-" + sid + "-01"},
+		{"traceparent": "00-" + strings.ToUpper(tid) + "-" + sid + "-01"},
+		{"traceparent": "00-" + tid + "-" + sid + "-1"},
+		{"traceparent": "00-" + tid + "-" + sid + "-09"}, // reserved flags in version 0
+		{"traceparent": "garbage"},
+	}
+	var want []trace.SpanContext
+	for _, h := range headers {
+		if _, err := ob.Publish(ctx, db.DB, core.Raw{To: "orders", Type: "t", Data: []byte(`{}`), Header: h}); err != nil {
+			t.Fatal(err)
+		}
+		if sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(h))); sc.IsValid() {
+			want = append(want, sc)
+		}
+	}
+	if len(want) != 5 {
+		t.Fatalf("the standard propagator reads %d of the headers, the test expects 5", len(want))
+	}
+	if _, err := ob.Drain(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	sends := spansNamed(tel, "send orders")
+	if len(sends) != 1 {
+		t.Fatalf("%d send spans, want 1", len(sends))
+	}
+	got := linked(sends[0])
+	if len(got) != len(want) {
+		t.Fatalf("links %v, want %v", got, want)
+	}
+	for i := range want {
+		if !got[i].Equal(want[i]) {
+			t.Errorf("link %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
