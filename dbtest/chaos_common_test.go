@@ -21,6 +21,7 @@ import (
 type chaosSink struct {
 	mu      sync.Mutex
 	seen    []dbtest.Delivery
+	bodies  []string      // the payload of each delivery in seen
 	first   map[int64]int // ID → position of its first delivery in seen
 	waiters map[int64][]chan struct{}
 	// gate, when set, runs before a batch is recorded; it may block (it must honour ctx)
@@ -45,6 +46,7 @@ func (s *chaosSink) Deliver(ctx context.Context, batch []core.Envelope) error {
 			s.first[e.ID] = len(s.seen)
 		}
 		s.seen = append(s.seen, dbtest.Delivery{ID: e.ID, GroupKey: e.GroupKey})
+		s.bodies = append(s.bodies, string(e.Payload))
 		for _, c := range s.waiters[e.ID] {
 			close(c)
 		}
@@ -58,6 +60,13 @@ func (s *chaosSink) deliveries() []dbtest.Delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.seen)
+}
+
+// payloads returns the payload of every delivery so far, in order.
+func (s *chaosSink) payloads() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.bodies)
 }
 
 // distinct is how many different messages were delivered.
@@ -96,12 +105,17 @@ type chaosLedger struct {
 	mu         sync.Mutex
 	committed  map[int64]string
 	rolledBack map[int64]string
+	// Payloads: an ID alone does not tell a rolled-back message from a committed one on
+	// SQLite, which hands a rolled-back ID out again.
+	committedBody  map[int64]string
+	rolledBackBody map[string]bool
 	txs        int // committed transactions
 	aborted    int // rolled-back transactions
 }
 
 func newChaosLedger() *chaosLedger {
-	return &chaosLedger{committed: map[int64]string{}, rolledBack: map[int64]string{}}
+	return &chaosLedger{committed: map[int64]string{}, rolledBack: map[int64]string{},
+		committedBody: map[int64]string{}, rolledBackBody: map[string]bool{}}
 }
 
 func (l *chaosLedger) commit(envs ...core.Envelope) {
@@ -110,6 +124,7 @@ func (l *chaosLedger) commit(envs ...core.Envelope) {
 	l.txs++
 	for _, e := range envs {
 		l.committed[e.ID] = e.GroupKey
+		l.committedBody[e.ID] = string(e.Payload)
 	}
 }
 
@@ -119,6 +134,7 @@ func (l *chaosLedger) rollback(envs ...core.Envelope) {
 	l.aborted++
 	for _, e := range envs {
 		l.rolledBack[e.ID] = e.GroupKey
+		l.rolledBackBody[string(e.Payload)] = true
 	}
 }
 
@@ -158,13 +174,14 @@ type chaosStored struct {
 	state    int
 	attempts int
 	lastErr  bool
+	payload  string
 }
 
 // chaosStoredRows reads every row of the default message table, by ID.
 func chaosStoredRows(t *testing.T, db *dbtest.DB) map[int64]chaosStored {
 	t.Helper()
 	rows, err := db.QueryContext(context.Background(),
-		`SELECT id, group_key, state, attempts, last_error IS NOT NULL FROM `+core.DefaultTable)
+		`SELECT id, group_key, state, attempts, last_error IS NOT NULL, payload FROM `+core.DefaultTable)
 	if err != nil {
 		t.Fatalf("read the message table: %v", err)
 	}
@@ -173,9 +190,11 @@ func chaosStoredRows(t *testing.T, db *dbtest.DB) map[int64]chaosStored {
 	for rows.Next() {
 		var id int64
 		var s chaosStored
-		if err := rows.Scan(&id, &s.group, &s.state, &s.attempts, &s.lastErr); err != nil {
+		var payload []byte
+		if err := rows.Scan(&id, &s.group, &s.state, &s.attempts, &s.lastErr, &payload); err != nil {
 			t.Fatal(err)
 		}
+		s.payload = string(payload)
 		out[id] = s
 	}
 	if err := rows.Err(); err != nil {
