@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"regexp"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults, as the reference documents them.
@@ -93,14 +95,19 @@ func (b Backoff) Delay(attempts int) time.Duration {
 		return max(b.Func(attempts), 0)
 	}
 	lo, hi := b.Min, b.Max
-	if lo == 0 {
+	if lo <= 0 {
 		lo = DefaultBackoffMin
+		if hi > 0 {
+			lo = min(lo, hi)
+		}
 	}
-	if hi == 0 {
+	if hi <= 0 {
 		hi = max(DefaultBackoffMax, lo)
 	}
+	hi = max(hi, lo)
 	d := hi
-	if shift := attempts - 1; shift < 62 && lo<<shift > 0 && lo<<shift < hi {
+	// Attempts below 1 count as 1: a negative shift would panic.
+	if shift := max(attempts, 1) - 1; shift < 62 && lo<<shift > 0 && lo<<shift < hi {
 		d = lo << shift
 	}
 	// Jitter: a uniform delay in [d/2, d], never below Min.
@@ -185,7 +192,8 @@ type Config struct {
 	DB *sql.DB
 	// Dialect of DB; detected from the driver when empty.
 	Dialect Dialect
-	// Table used by every outbox that sets none. Default "outboxer_messages".
+	// Table used by every outbox that sets none. Default "outboxer_messages". Letters,
+	// digits and _, at most MaxTableLen (53) characters.
 	Table string
 	// Schema (PostgreSQL) of the tables; the connection's search path when empty.
 	Schema string
@@ -271,6 +279,20 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 // underscores, not starting with a digit, at most 63 characters. Names are also quoted.
 func validIdent(s string) bool { return identRE.MatchString(s) }
 
+// MaxTableLen bounds table names: the names derived from a table (its "_leases" and
+// "_locks" tables, its "_delivered" index) must fit PostgreSQL's 63 bytes, which would
+// otherwise cut them silently, possibly onto the table's own name.
+const MaxTableLen = 63 - len("_delivered")
+
+// validTable reports whether s may name a message table: a valid identifier of at most
+// MaxTableLen characters.
+func validTable(s string) bool { return len(s) <= MaxTableLen && validIdent(s) }
+
+// tableReason says what a valid table name is.
+func tableReason(s string) string {
+	return fmt.Sprintf("%q is not a valid table name (letters, digits, _; at most %d)", s, MaxTableLen)
+}
+
 func (c *Config) withDefaults() Config {
 	cfg := *c
 	cfg.Name = orDefault(cfg.Name, DefaultName)
@@ -293,6 +315,10 @@ func (c *Config) withDefaults() Config {
 		ob.PollInterval = orDefault(ob.PollInterval, DefaultPollInterval)
 		ob.DeliveryTimeout = orDefault(ob.DeliveryTimeout, min(DefaultDeliveryTimeout, cfg.LeaseDuration/2))
 		if ob.Backoff.Func == nil {
+			if ob.Backoff.Min == 0 && ob.Backoff.Max > 0 {
+				// Only Max given: the default Min, unless Max is below it.
+				ob.Backoff.Min = min(DefaultBackoffMin, ob.Backoff.Max)
+			}
 			ob.Backoff.Min = orDefault(ob.Backoff.Min, DefaultBackoffMin)
 			ob.Backoff.Max = orDefault(ob.Backoff.Max, max(DefaultBackoffMax, ob.Backoff.Min))
 		}
@@ -301,6 +327,10 @@ func (c *Config) withDefaults() Config {
 	cfg.Outboxes = outboxes
 	return cfg
 }
+
+// storableText reports whether s can go into a text column of every dialect unchanged:
+// valid UTF-8 without NUL bytes (PostgreSQL refuses both, MariaDB invalid UTF-8).
+func storableText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 func orDefault[T comparable](v, def T) T {
 	var zero T
@@ -323,8 +353,8 @@ func (c *Config) validate() error {
 	default:
 		return bad("Dialect", "%q is not one of postgres, sqlite, mysql", c.Dialect)
 	}
-	if !validIdent(c.Table) {
-		return bad("Table", "%q is not a valid name (letters, digits, _; at most 63)", c.Table)
+	if !validTable(c.Table) {
+		return bad("Table", "%s", tableReason(c.Table))
 	}
 	if c.Schema != "" {
 		if c.Dialect != Postgres {
@@ -358,13 +388,16 @@ func (c *Config) validate() error {
 	for name, ob := range c.Outboxes {
 		field := func(f string) string { return fmt.Sprintf("Outboxes[%q].%s", name, f) }
 		if name == "" || len(name) > 200 {
-			return bad("Outboxes", "outbox names must be 1 to 200 characters, got %q", name)
+			return bad("Outboxes", "outbox names must be 1 to 200 bytes, got %q", name)
+		}
+		if !storableText(name) {
+			return bad("Outboxes", "outbox name %q is not UTF-8 text without NUL bytes", name)
 		}
 		if ob.Relay == nil && !c.PublishOnly {
 			return bad(field("Relay"), "is required unless PublishOnly is set")
 		}
-		if !validIdent(ob.Table) {
-			return bad(field("Table"), "%q is not a valid name (letters, digits, _; at most 63)", ob.Table)
+		if !validTable(ob.Table) {
+			return bad(field("Table"), "%s", tableReason(ob.Table))
 		}
 		switch ob.Ordering {
 		case OrderGroup, OrderNone:

@@ -24,8 +24,8 @@ type MigrateOptions struct {
 
 func (m MigrateOptions) statements() (*dialect.SQL, error) {
 	table := orDefault(m.Table, DefaultTable)
-	if !validIdent(table) {
-		return nil, &ConfigError{Field: "Table", Reason: fmt.Sprintf("%q is not a valid name (letters, digits, _; at most 63)", table)}
+	if !validTable(table) {
+		return nil, &ConfigError{Field: "Table", Reason: tableReason(table)}
 	}
 	switch m.Dialect {
 	case Postgres, SQLite, MySQL:

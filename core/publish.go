@@ -14,12 +14,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outboxer-go/outboxer/core/internal/dialect"
 )
 
 // MaxGroupKeyLen bounds group keys (they are indexed).
 const MaxGroupKeyLen = 255
+
+// MaxTypeLen bounds message types (MariaDB's type column holds 255).
+const MaxTypeLen = 255
 
 // insertChunk bounds the rows of one INSERT, under every dialect's placeholder limit.
 const insertChunk = 1000
@@ -186,6 +190,15 @@ func (o *Outboxer) prepare(m Message, po *publishOptions) (row, error) {
 	if len(env.GroupKey) > MaxGroupKeyLen {
 		return row{}, fmt.Errorf("%w: group key of %d bytes (at most %d)", ErrInvalidMessage, len(env.GroupKey), MaxGroupKeyLen)
 	}
+	// Text the columns cannot hold unchanged is refused here, before any statement: a
+	// database refusing it would abort the caller's transaction (PostgreSQL), and JSON
+	// would replace invalid bytes in headers without a word.
+	if !storableText(env.GroupKey) {
+		return row{}, fmt.Errorf("%w: group key %q is not UTF-8 text without NUL bytes", ErrInvalidMessage, env.GroupKey)
+	}
+	if len(env.Type) > MaxTypeLen || !storableText(env.Type) {
+		return row{}, fmt.Errorf("%w: type %q: at most %d bytes of UTF-8 text without NUL bytes", ErrInvalidMessage, env.Type, MaxTypeLen)
+	}
 	if h, ok := m.(Headerer); ok {
 		if own := h.Headers(); len(own) > 0 {
 			env.Headers = maps.Clone(own)
@@ -196,6 +209,11 @@ func (o *Outboxer) prepare(m Message, po *publishOptions) (row, error) {
 			env.Headers = map[string]string{}
 		}
 		maps.Copy(env.Headers, po.headers)
+	}
+	for k, v := range env.Headers {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return row{}, fmt.Errorf("%w: header %q: keys and values must be UTF-8 text", ErrInvalidMessage, k)
+		}
 	}
 	for k, v := range po.ctxHeaders {
 		if _, set := env.Headers[k]; !set {
