@@ -247,50 +247,12 @@ func (r *tracedRelay) spanName(outbox string) string {
 	return n
 }
 
-// start starts the send span of a batch, with a link to each distinct publish context.
+// start starts the send span of a batch, then links it to each distinct publish context.
+// The links are added to the started span rather than given to Start: samplers do not
+// look at them, and the SDK would copy them once more.
 func (r *tracedRelay) start(ctx context.Context, batch []core.Envelope) (context.Context, trace.Span) {
-	var links []trace.Link
-	dropped := 0
-	var last string // the last traceparent linked (W3C only)
-	var lastSC trace.SpanContext
-	for i := range batch {
-		h := batch[i].Headers
-		if len(h) == 0 {
-			continue
-		}
-		if r.w3c {
-			tp := h["traceparent"]
-			if tp == "" || tp == last {
-				continue
-			}
-			last = tp
-			if len(links) >= r.maxLinks {
-				// Another context, past the limit: counted without being read.
-				dropped++
-				continue
-			}
-		}
-		var sc trace.SpanContext
-		if r.w3c {
-			sc = parseW3C(last, h["tracestate"])
-		} else {
-			sc = trace.SpanContextFromContext(r.prop.Extract(context.Background(), propagation.MapCarrier(h)))
-		}
-		if !sc.IsValid() || sc.Equal(lastSC) {
-			continue
-		}
-		lastSC = sc
-		if len(links) >= r.maxLinks {
-			dropped++
-			continue
-		}
-		if links == nil {
-			links = make([]trace.Link, 0, min(len(batch), r.maxLinks))
-		}
-		links = append(links, trace.Link{SpanContext: sc})
-	}
 	outbox := batch[0].Outbox
-	attrs := make([]attribute.KeyValue, 0, len(sendAttrs)+5)
+	attrs := make([]attribute.KeyValue, 0, len(sendAttrs)+4)
 	attrs = append(attrs, sendAttrs...)
 	attrs = append(attrs,
 		AttrMessagingDestination.String(outbox),
@@ -298,11 +260,49 @@ func (r *tracedRelay) start(ctx context.Context, batch []core.Envelope) (context
 		AttrPartition.Int(batch[0].Partition),
 		AttrMessagingBatchCount.Int(len(batch)),
 	)
-	if dropped > 0 {
-		attrs = append(attrs, AttrLinksDropped.Int(dropped))
+	ctx, span := r.tracer.Start(ctx, r.spanName(outbox), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	if !span.IsRecording() {
+		return ctx, span
 	}
-	return r.tracer.Start(ctx, r.spanName(outbox),
-		trace.WithSpanKind(trace.SpanKindClient), trace.WithLinks(links...), trace.WithAttributes(attrs...))
+	linked, dropped := 0, 0
+	var last string // the last traceparent read (W3C only)
+	var lastSC trace.SpanContext
+	for i := range batch {
+		h := batch[i].Headers
+		if len(h) == 0 {
+			continue
+		}
+		var sc trace.SpanContext
+		if r.w3c {
+			tp := h["traceparent"]
+			if tp == "" || tp == last {
+				continue
+			}
+			last = tp
+			if linked >= r.maxLinks {
+				// Another context, past the limit: counted without being read.
+				dropped++
+				continue
+			}
+			sc = parseW3C(tp, h["tracestate"])
+		} else {
+			sc = trace.SpanContextFromContext(r.prop.Extract(context.Background(), propagation.MapCarrier(h)))
+		}
+		if !sc.IsValid() || sc.Equal(lastSC) {
+			continue
+		}
+		lastSC = sc
+		if linked >= r.maxLinks {
+			dropped++
+			continue
+		}
+		span.AddLink(trace.Link{SpanContext: sc})
+		linked++
+	}
+	if dropped > 0 {
+		span.SetAttributes(AttrLinksDropped.Int(dropped))
+	}
+	return ctx, span
 }
 
 // end records the outcome of a delivery on its span and ends it; a panic goes on.
@@ -356,22 +356,25 @@ func parseW3C(traceparent, tracestate string) trace.SpanContext {
 
 // unhex decodes lowercase hex (as W3C requires) from s into dst, which is len(s)/2 long.
 func unhex(dst []byte, s string) bool {
+	bad := byte(0)
 	for i := range dst {
-		hi, lo := hexVal(s[2*i]), hexVal(s[2*i+1])
-		if hi > 15 || lo > 15 {
-			return false
-		}
+		hi, lo := hexTable[s[2*i]], hexTable[s[2*i+1]]
+		bad |= hi | lo
 		dst[i] = hi<<4 | lo
 	}
-	return true
+	return bad&0xf0 == 0
 }
 
-func hexVal(c byte) byte {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0'
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10
+// hexTable maps '0'-'9' and 'a'-'f' to their values and every other byte to 0xff.
+var hexTable = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
 	}
-	return 255
-}
+	for c := byte('0'); c <= '9'; c++ {
+		t[c] = c - '0'
+	}
+	for c := byte('a'); c <= 'f'; c++ {
+		t[c] = c - 'a' + 10
+	}
+	return t
+}()
