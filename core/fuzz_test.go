@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"math"
 	"regexp"
@@ -253,9 +254,9 @@ func (r *recordingExec) QueryContext(context.Context, string, ...any) (*sql.Rows
 // are. Text a column cannot hold unchanged is refused: a group key or type with NUL or
 // invalid UTF-8 (PostgreSQL refuses both and aborts the caller's transaction), headers
 // with invalid UTF-8 (JSON would replace the bytes); and group keys and types over 255
-// bytes. NUL in headers is fine: JSON escapes it.
+// bytes, and headers over MaxHeadersBytes of JSON. NUL in headers is fine: JSON escapes it.
 func FuzzPublishInput(f *testing.F) {
-	for _, s := range []string{"order:42", "", "a\x00b", "a\xffb", "é✓📦", strings.Repeat("k", 255), strings.Repeat("k", 256), "'; DROP TABLE y;--"} {
+	for _, s := range []string{"order:42", "", "a\x00b", "a\xffb", "é✓📦", strings.Repeat("k", 255), strings.Repeat("k", 256), "'; DROP TABLE y;--", strings.Repeat("v", MaxHeadersBytes)} {
 		f.Add(s, "t.Event", "k", "v")
 		f.Add("g", s, "k", "v")
 		f.Add("g", "t.Event", s, "v")
@@ -268,8 +269,9 @@ func FuzzPublishInput(f *testing.F) {
 	f.Fuzz(func(t *testing.T, group, typ, hk, hv string) {
 		exec := &recordingExec{}
 		_, err := o.Publish(context.Background(), exec, hostileMsg{group: group, typ: typ, headers: map[string]string{hk: hv}})
+		encoded, _ := json.Marshal(map[string]string{hk: hv})
 		ok := textOK(group) && len(group) <= MaxGroupKeyLen && utf8.ValidString(hk) && utf8.ValidString(hv) &&
-			(typ == "" || (textOK(typ) && len(typ) <= MaxTypeLen))
+			len(encoded) <= MaxHeadersBytes && (typ == "" || (textOK(typ) && len(typ) <= MaxTypeLen))
 		switch {
 		case ok && !errors.Is(err, errRecorded):
 			t.Fatalf("group %q type %q header %q=%q: %v, want it handed to the database", group, typ, hk, hv, err)

@@ -25,6 +25,10 @@ const MaxGroupKeyLen = 255
 // MaxTypeLen bounds message types (MariaDB's type column holds 255).
 const MaxTypeLen = 255
 
+// MaxHeadersBytes bounds a message's headers, encoded as JSON (MariaDB's headers column
+// is a TEXT, 65,535 bytes).
+const MaxHeadersBytes = 65535
+
 // insertChunk bounds the rows of one INSERT, under every dialect's placeholder limit.
 const insertChunk = 1000
 
@@ -242,6 +246,9 @@ func (o *Outboxer) prepare(m Message, po *publishOptions) (row, error) {
 		h, err := json.Marshal(env.Headers)
 		if err != nil {
 			return row{}, fmt.Errorf("%w: headers: %w", ErrInvalidMessage, err)
+		}
+		if len(h) > MaxHeadersBytes {
+			return row{}, fmt.Errorf("%w: headers encode to %d bytes of JSON (at most %d)", ErrInvalidMessage, len(h), MaxHeadersBytes)
 		}
 		r.headers = string(h)
 	}
