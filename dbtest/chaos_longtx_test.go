@@ -162,7 +162,13 @@ func chaosLongTx(t *testing.T, db *dbtest.DB, variant string) {
 				return false
 			}
 		}
-		return true
+		// Health (and the OpenTelemetry gauges, which read it) say the same: no lag.
+		h, err := ob.Health(ctx, "orders")
+		if err != nil {
+			t.Fatalf("Health: %v", err)
+		}
+		oh, _ := h.Outbox("orders")
+		return oh.Pending == 0 && oh.OldestAge == 0
 	})
 
 	close(busyDone)
@@ -195,6 +201,17 @@ func chaosLongTx(t *testing.T, db *dbtest.DB, variant string) {
 	if part.OldestAge < atLeast-time.Millisecond {
 		t.Errorf("Status: partition %d oldest age %v, want at least %v (the transaction was open %v)", heldPart, part.OldestAge, atLeast, heldFor)
 	}
+	h, err := ob.Health(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oh, _ := h.Outbox("orders")
+	if oh.Pending != 1 || oh.OldestAge < atLeast-time.Millisecond {
+		t.Errorf("Health: pending %d, oldest age %v; want 1 and at least %v", oh.Pending, oh.OldestAge, atLeast)
+	}
+	if ph := oh.Partitions[heldPart]; ph.Partition != heldPart || ph.OldestAge < atLeast-time.Millisecond {
+		t.Errorf("Health: partition %d oldest age %v, want at least %v", ph.Partition, ph.OldestAge, atLeast)
+	}
 	if got.CreatedAt.After(insertedAt) {
 		t.Errorf("the delivered envelope was created at %v, after the insert returned at %v", got.CreatedAt, insertedAt)
 	}
@@ -219,8 +236,8 @@ func chaosLongTx(t *testing.T, db *dbtest.DB, variant string) {
 	if score.Reordered != 0 || score.Duplicated != 0 {
 		t.Errorf("reordered %d, duplicated %d with no fault", score.Reordered, score.Duplicated)
 	}
-	score.Notes = fmt.Sprintf("transaction open %v (%s, %d statements in it); meanwhile %d unrelated messages delivered, %d of them in its partition; Status while open: pending 0; after commit: pending %d, oldest age %v",
-		heldFor.Round(time.Millisecond), variant, busyStatements.Load(), flowing, inHeldPart.Load(), part.Pending, part.OldestAge.Round(time.Millisecond))
+	score.Notes = fmt.Sprintf("transaction open %v (%s, %d statements in it); meanwhile %d unrelated messages delivered, %d of them in its partition; Status and Health while open: pending 0, no lag; after commit: pending %d, oldest age %v (Health: %v)",
+		heldFor.Round(time.Millisecond), variant, busyStatements.Load(), flowing, inHeldPart.Load(), part.Pending, part.OldestAge.Round(time.Millisecond), oh.OldestAge.Round(time.Millisecond))
 	dbtest.Record(t, score)
 }
 
