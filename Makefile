@@ -5,7 +5,7 @@ export GOWORK := off
 GOTEST ?= go test
 TESTFLAGS ?= -count=1 -timeout 20m
 
-.PHONY: all build vet test race deps services tidy bench bench-quick quickstart disruptive
+.PHONY: all build vet test race deps services tidy bench bench-quick quickstart disruptive chaos
 
 all: build vet test
 
@@ -51,3 +51,36 @@ bench: services
 ## bench-quick: every workload in about 3 min; writes bench/*-quick.* (ignored by git)
 bench-quick: services
 	cd bench && go run . -quick
+
+## chaos: the reliability suite's long versions (OUTBOXER_CHAOS), the database restarts
+## (OUTBOXER_DISRUPTIVE) and every fuzz target of the core for FUZZTIME each, then
+## RELIABILITY.md rendered from the score rows they recorded. About 20-30 min.
+## CHAOS_SCALE scales the long versions; the rows and logs go to CHAOS_DIR.
+CHAOS_SCALE ?= 1
+CHAOS_DIR ?= $(CURDIR)/bin/chaos
+FUZZTIME ?= 30s
+CHAOS_MODULES := ./dbtest ./sinks/kafka ./sinks/sqs ./sinks/watermill ./sinks/river
+CHAOS_RUN ?= Chaos|Restart|Poison
+chaos: deps
+	@rm -rf $(CHAOS_DIR) && mkdir -p $(CHAOS_DIR)
+	@status=0; \
+	for m in $(CHAOS_MODULES); do \
+		echo "== chaos $$m"; \
+		log=$(CHAOS_DIR)/test-$$(basename $$m).log; \
+		(cd $$m && OUTBOXER_CHAOS=$(CHAOS_SCALE) OUTBOXER_DISRUPTIVE=1 OUTBOXER_SCOREBOARD=$(CHAOS_DIR)/scores.jsonl \
+			$(GOTEST) -count=1 -timeout 30m -v -run '$(CHAOS_RUN)' ./... > $$log 2>&1) || status=1; \
+		grep -E '^(--- FAIL|FAIL|ok|panic)|score: ' $$log; \
+	done; \
+	for f in $$(go test -list '^Fuzz' ./core | grep '^Fuzz'); do \
+		echo "== fuzz $$f ($(FUZZTIME))"; \
+		if go test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./core > $(CHAOS_DIR)/fuzz-$$f.log 2>&1; then \
+			echo "$$f pass $(FUZZTIME) $$(grep -o 'execs: [0-9]*' $(CHAOS_DIR)/fuzz-$$f.log | tail -1)" >> $(CHAOS_DIR)/fuzz.txt; \
+		else \
+			echo "$$f FAIL $(FUZZTIME) (see the failing input under core/testdata/fuzz/$$f)" >> $(CHAOS_DIR)/fuzz.txt; status=1; \
+		fi; \
+	done; \
+	touch $(CHAOS_DIR)/scores.jsonl; \
+	(cd dbtest && go run ./cmd/scoreboard -scores $(CHAOS_DIR)/scores.jsonl -fuzz $(CHAOS_DIR)/fuzz.txt \
+		-command "make chaos" -out $(CURDIR)/RELIABILITY.md) || status=1; \
+	echo "== RELIABILITY.md written from $(CHAOS_DIR)/scores.jsonl"; \
+	exit $$status
