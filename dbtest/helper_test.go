@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -35,6 +36,14 @@ type helperConfig struct {
 	Lease       time.Duration
 	CrashAfter  int  // block forever inside the n-th batch, after recording it (the parent kills)
 	Notify      bool // LISTEN/NOTIFY (PostgreSQL)
+	// KillBatch > 0: the process records its KillBatch-th batch (counted across its
+	// partitions) one message at a time, and SIGKILLs itself right after the sink recorded
+	// KillAcks of them (0: before any), having printed "KILL batch=B part=P k=K ids=1,2,…".
+	KillBatch, KillAcks int
+	// BatchColumn: the deliveries table has a batch column (crashTables adds it); each
+	// delivery records the process's batch number there, and the process prints FIRST
+	// when it hands over its first batch.
+	BatchColumn bool
 }
 
 func (c helperConfig) env() []string {
@@ -44,6 +53,8 @@ func (c helperConfig) env() []string {
 		"H_PARTITIONS="+strconv.Itoa(c.Partitions), "H_BATCH="+strconv.Itoa(c.BatchSize),
 		"H_POLL="+c.Poll.String(), "H_LEASE="+c.Lease.String(),
 		"H_CRASH_AFTER="+strconv.Itoa(c.CrashAfter), "H_NOTIFY="+strconv.FormatBool(c.Notify),
+		"H_KILL_BATCH="+strconv.Itoa(c.KillBatch), "H_KILL_ACKS="+strconv.Itoa(c.KillAcks),
+		"H_BATCH_COLUMN="+strconv.FormatBool(c.BatchColumn),
 	)
 }
 
@@ -56,6 +67,7 @@ func runHelper(string) int {
 		Driver: os.Getenv("H_DRIVER"), DSN: os.Getenv("H_DSN"), Dialect: core.Dialect(os.Getenv("H_DIALECT")),
 		Partitions: atoi("H_PARTITIONS"), BatchSize: atoi("H_BATCH"), Poll: dur("H_POLL"), Lease: dur("H_LEASE"),
 		CrashAfter: atoi("H_CRASH_AFTER"), Notify: os.Getenv("H_NOTIFY") == "true",
+		KillBatch: atoi("H_KILL_BATCH"), KillAcks: atoi("H_KILL_ACKS"), BatchColumn: os.Getenv("H_BATCH_COLUMN") == "true",
 	}
 	db, err := sql.Open(cfg.Driver, cfg.DSN)
 	if err != nil {
@@ -63,7 +75,8 @@ func runHelper(string) int {
 		return 1
 	}
 	defer db.Close()
-	relay := &tableRelay{db: db, dialect: cfg.Dialect, pid: os.Getpid(), crashAfter: cfg.CrashAfter}
+	relay := &tableRelay{db: db, dialect: cfg.Dialect, pid: os.Getpid(), crashAfter: cfg.CrashAfter,
+		killBatch: cfg.KillBatch, killAcks: cfg.KillAcks, batchColumn: cfg.BatchColumn}
 	ob, err := core.New(core.Config{
 		DB: db, Dialect: cfg.Dialect, LeaseDuration: cfg.Lease, Notify: cfg.Notify, Logger: testLogger(),
 		Outboxes: map[string]core.OutboxConfig{"orders": {
@@ -106,6 +119,10 @@ type tableRelay struct {
 	mu         sync.Mutex
 	batches    int
 	crashAfter int
+
+	killBatch, killAcks int
+	batchColumn         bool
+	started             int // batches handed over so far
 }
 
 func (r *tableRelay) q(s string) string {
@@ -133,21 +150,42 @@ func replaceEach(s, old string, next func() string) string {
 func (r *tableRelay) Deliver(ctx context.Context, batch []core.Envelope) error {
 	part := batch[0].Partition
 	// Claim the partition for the time of the delivery; a second claimer is a violation.
-	if _, err := r.db.ExecContext(ctx, r.q(`INSERT INTO active (part, pid) VALUES (?, ?)`), part, r.pid); err != nil {
-		_, _ = r.db.ExecContext(context.Background(), r.q(`INSERT INTO violations (what) VALUES (?)`),
-			fmt.Sprintf("pid %d: partition %d already being served: %v", r.pid, part, err))
+	if holder, err := r.claim(ctx, part); err != nil {
+		if holder != 0 {
+			_, _ = r.db.ExecContext(context.Background(), r.q(`INSERT INTO violations (what) VALUES (?)`),
+				fmt.Sprintf("pid %d: partition %d already being served by pid %d: %v", r.pid, part, holder, err))
+		}
 		return err
 	}
 	defer r.db.ExecContext(context.WithoutCancel(ctx), r.q(`DELETE FROM active WHERE part = ? AND pid = ?`), part, r.pid)
+	r.mu.Lock()
+	r.started++
+	no := r.started
+	r.mu.Unlock()
+	if r.batchColumn && no == 1 {
+		fmt.Println("FIRST")
+	}
+	if r.killBatch > 0 && no == r.killBatch {
+		r.recordAndDie(batch, no)
+	}
 	var b strings.Builder
-	args := make([]any, 0, len(batch)*3)
-	b.WriteString(`INSERT INTO deliveries (msg_id, grp, pid) VALUES `)
+	args := make([]any, 0, len(batch)*4)
+	if r.batchColumn {
+		b.WriteString(`INSERT INTO deliveries (msg_id, grp, pid, batch) VALUES `)
+	} else {
+		b.WriteString(`INSERT INTO deliveries (msg_id, grp, pid) VALUES `)
+	}
 	for i, e := range batch {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?, ?)")
-		args = append(args, e.ID, e.GroupKey, r.pid)
+		if r.batchColumn {
+			b.WriteString("(?, ?, ?, ?)")
+			args = append(args, e.ID, e.GroupKey, r.pid, no)
+		} else {
+			b.WriteString("(?, ?, ?)")
+			args = append(args, e.ID, e.GroupKey, r.pid)
+		}
 	}
 	if _, err := r.db.ExecContext(ctx, r.q(b.String()), args...); err != nil {
 		return err
@@ -165,6 +203,52 @@ func (r *tableRelay) Deliver(ctx context.Context, batch []core.Envelope) error {
 		select {} // the parent sends SIGKILL
 	}
 	return nil
+}
+
+// claim records that this process serves the partition. It fails with the holder's pid
+// when a live process holds the claim (a violation), with 0 for any other failure (the
+// delivery fails and is tried again). A claim left by a process that no longer exists
+// (killed, so it could not withdraw it; or a statement it sent just before it died,
+// which the server carried out afterwards) is taken over: the dead serve nothing.
+func (r *tableRelay) claim(ctx context.Context, part int) (holder int, err error) {
+	insert := r.q(`INSERT INTO active (part, pid) VALUES (?, ?)`)
+	for range 2 {
+		if _, err = r.db.ExecContext(ctx, insert, part, r.pid); err == nil {
+			return 0, nil
+		}
+		if qerr := r.db.QueryRowContext(ctx, r.q(`SELECT pid FROM active WHERE part = ?`), part).Scan(&holder); qerr != nil {
+			return 0, err // gone meanwhile, or the database is away: try the delivery again
+		}
+		if holder == r.pid || !errors.Is(syscall.Kill(holder, 0), syscall.ESRCH) {
+			return holder, err
+		}
+		if _, derr := r.db.ExecContext(ctx, r.q(`DELETE FROM active WHERE part = ? AND pid = ?`), part, holder); derr != nil {
+			return 0, derr
+		}
+	}
+	return 0, err
+}
+
+// recordAndDie records the first killAcks messages of the batch one at a time, each
+// in its own statement (a broker acknowledging them one by one), then kills the process
+// with SIGKILL: exactly killAcks messages of the batch reached the sink, none confirmed.
+func (r *tableRelay) recordAndDie(batch []core.Envelope, no int) {
+	ids := make([]string, len(batch))
+	for i, e := range batch {
+		ids[i] = strconv.FormatInt(e.ID, 10)
+	}
+	k := min(r.killAcks, len(batch))
+	fmt.Printf("KILL batch=%d part=%d k=%d ids=%s\n", no, batch[0].Partition, k, strings.Join(ids, ","))
+	q := r.q(`INSERT INTO deliveries (msg_id, grp, pid, batch) VALUES (?, ?, ?, ?)`)
+	for _, e := range batch[:k] {
+		// Not the delivery's context: k must be exact even if the lease ran short.
+		if _, err := r.db.ExecContext(context.Background(), q, e.ID, e.GroupKey, r.pid, no); err != nil {
+			fmt.Fprintln(os.Stderr, "record before the kill:", err)
+			os.Exit(3)
+		}
+	}
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
 }
 
 // relayTables creates the tables the relay processes write into.
