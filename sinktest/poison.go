@@ -248,10 +248,12 @@ func runPoison(t *testing.T, ctx context.Context, h Harness, p Poison, maxAttemp
 		}
 		waitArrived(t, ctx, tg, ahead)
 		waitFor("the poison to be retried 3 times", func() bool { return counter.times(poison.ID) >= 3 })
-		c := counts()
-		if c.Dead != 0 || c.Pending != int64(1+len(behind)) {
-			t.Errorf("with MaxAttempts 0: counts %+v, want the poison and the %d message(s) behind it pending, none dead", c, len(behind))
-		}
+		// The other groups' messages arrived; their confirmations may still be on the way
+		// (a relay answers for a whole batch).
+		waitFor(fmt.Sprintf("only the poison and the %d message(s) behind it pending, none dead", len(behind)), func() bool {
+			c := counts()
+			return c.Dead == 0 && c.Pending == int64(1+len(behind))
+		})
 		pending, err := ob.ListPending(ctx, outbox, 100)
 		if err != nil {
 			t.Fatal(err)
