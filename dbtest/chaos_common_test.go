@@ -7,6 +7,7 @@ package dbtest_test
 
 import (
 	"context"
+	"database/sql"
 	"slices"
 	"strconv"
 	"sync"
@@ -174,6 +175,7 @@ type chaosStored struct {
 	state    int
 	attempts int
 	lastErr  bool
+	errText  string // the recorded failure, if any
 	payload  string
 }
 
@@ -181,7 +183,7 @@ type chaosStored struct {
 func chaosStoredRows(t *testing.T, db *dbtest.DB) map[int64]chaosStored {
 	t.Helper()
 	rows, err := db.QueryContext(context.Background(),
-		`SELECT id, group_key, state, attempts, last_error IS NOT NULL, payload FROM `+core.DefaultTable)
+		`SELECT id, group_key, state, attempts, last_error, payload FROM `+core.DefaultTable)
 	if err != nil {
 		t.Fatalf("read the message table: %v", err)
 	}
@@ -191,10 +193,12 @@ func chaosStoredRows(t *testing.T, db *dbtest.DB) map[int64]chaosStored {
 		var id int64
 		var s chaosStored
 		var payload []byte
-		if err := rows.Scan(&id, &s.group, &s.state, &s.attempts, &s.lastErr, &payload); err != nil {
+		var lastErr sql.NullString
+		if err := rows.Scan(&id, &s.group, &s.state, &s.attempts, &lastErr, &payload); err != nil {
 			t.Fatal(err)
 		}
 		s.payload = string(payload)
+		s.lastErr, s.errText = lastErr.Valid, lastErr.String
 		out[id] = s
 	}
 	if err := rows.Err(); err != nil {
