@@ -358,6 +358,14 @@ func loadRelayHandle(t *testing.T, db *dbtest.DB) (*sql.DB, func() (int, error))
 	return relayDB, kill
 }
 
+// loadSummary shortens a long list of notes.
+func loadSummary(notes []string) string {
+	if len(notes) > 4 {
+		return fmt.Sprintf("%s; … %d more; %s", strings.Join(notes[:2], "; "), len(notes)-3, notes[len(notes)-1])
+	}
+	return strings.Join(notes, "; ")
+}
+
 // loadConns bounds the publishers' connections.
 const loadConns = 30
 
@@ -457,7 +465,7 @@ func (sc loadScenario) run(t *testing.T, db *dbtest.DB) {
 		Scenario: "4 killed sessions and restarts", Variant: sc.variant, Database: string(db.Dialect),
 		Published: sc.total, Recover: recovery,
 		Notes: fmt.Sprintf("%d publishers on %d connections; %d faults (%s); %d commits with no result: %d had committed (%d seen at once, the rest written again); recover: worst time from the end of a fault to the confirmation of a batch handed over after it",
-			sc.publishers, loadConns, faults, strings.Join(notes, "; "), load.unknown.Load(), settled, load.unknownCommit.Load()),
+			sc.publishers, loadConns, faults, loadSummary(notes), load.unknown.Load(), settled, load.unknownCommit.Load()),
 	}, committed, ds)
 	if score.Lost != 0 || score.Phantom != 0 || score.Reordered != 0 {
 		t.Errorf("lost %d, phantom %d, reordered %d: want none", score.Lost, score.Phantom, score.Reordered)
