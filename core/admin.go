@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 )
 
 // Counts is the number of messages of an outbox by state.
@@ -222,86 +221,13 @@ func (o *Outboxer) ensureLeases(ctx context.Context, ob *box, paused, forRun boo
 	return nil
 }
 
-// PartitionStatus describes one partition of an outbox, for operators.
-type PartitionStatus struct {
-	Partition    int
-	Pending      int64         // backlog of the partition
-	OldestAge    time.Duration // age of its oldest pending message; 0 when empty
-	Owner        string        // the worker holding the lease; "" when none
-	Token        int64         // bumped at every takeover
-	LeaseExpires time.Time     // when the lease runs out unless renewed
-	LeaseHeld    bool          // Owner is set and the lease has not run out
-	Paused       bool
-}
-
-// Status returns, for each partition of an outbox, its backlog and its owner.
-func (o *Outboxer) Status(ctx context.Context, outbox string) ([]PartitionStatus, error) {
-	ob, err := o.outbox(outbox)
+// Status returns the health of each partition of one outbox, in partition order: its
+// backlog, its lag, and who holds its lease. It is Health for one outbox, read for its
+// partitions.
+func (o *Outboxer) Status(ctx context.Context, outbox string) ([]PartitionHealth, error) {
+	h, err := o.Health(ctx, outbox)
 	if err != nil {
 		return nil, err
 	}
-	byPart := map[int]*PartitionStatus{}
-	get := func(p int) *PartitionStatus {
-		if st, ok := byPart[p]; ok {
-			return st
-		}
-		st := &PartitionStatus{Partition: p}
-		byPart[p] = st
-		return st
-	}
-	for p := range ob.cfg.Partitions {
-		get(p)
-	}
-	var now time.Time
-	err = queryRows(ctx, o.cfg.DB, ob.sql.LeaseStatus, []any{outbox}, func(scan func(...any) error) error {
-		var (
-			p       int
-			owner   string
-			token   int64
-			expires dbTime
-			paused  bool
-			dbNow   dbTime
-		)
-		if err := scan(&p, &owner, &token, &expires, &paused, &dbNow); err != nil {
-			return err
-		}
-		st := get(p)
-		st.Owner, st.Token, st.LeaseExpires, st.Paused = owner, token, expires.Time, paused
-		st.LeaseHeld = owner != "" && expires.After(dbNow.Time)
-		now = dbNow.Time
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("outboxer: status of %q: %w", outbox, err)
-	}
-	err = queryRows(ctx, o.cfg.DB, ob.sql.PartitionStatus, []any{outbox}, func(scan func(...any) error) error {
-		var (
-			p      int
-			n      int64
-			oldest dbTime
-		)
-		if err := scan(&p, &n, &oldest); err != nil {
-			return err
-		}
-		st := get(p)
-		st.Pending = n
-		if !oldest.IsZero() {
-			ref := now
-			if ref.IsZero() {
-				ref = time.Now()
-			}
-			st.OldestAge = max(ref.Sub(oldest.Time), 0)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("outboxer: status of %q: %w", outbox, err)
-	}
-	out := make([]PartitionStatus, 0, len(byPart))
-	for p := 0; len(out) < len(byPart); p++ {
-		if st, ok := byPart[p]; ok {
-			out = append(out, *st)
-		}
-	}
-	return out, nil
+	return h.Outboxes[0].Partitions, nil
 }

@@ -43,7 +43,7 @@ func statementsOf(s *dialect.SQL) []string {
 	out = append(out, s.AcquireLease, s.ReadLease, s.RenewLease, s.ReleaseLease, s.EnsureLease, s.FenceLease,
 		s.Pause, s.Resume, s.CountLeases, s.DropLeasesFrom, s.AnyPaused, s.ClaimLeases,
 		s.FailMessage, s.KillMessage, s.Counts, s.ListPending, s.ListDead, s.RetryDeadAll, s.Prune,
-		s.PartitionsInUse, s.LeaseStatus, s.PartitionStatus, s.MovePartitions)
+		s.PartitionsInUse, s.LeaseStatus, s.MovePartitions)
 	q, _ := s.RetryDeadIDs("o", []int64{1, 2})
 	out = append(out, q, s.Insert(3, true, false))
 	if s.Kind == dialect.SQLite {

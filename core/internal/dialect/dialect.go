@@ -33,7 +33,7 @@ type SQL struct {
 	Pause, Resume, CountLeases, DropLeasesFrom, AnyPaused, ClaimLeases         string
 	FailMessage, KillMessage                                                   string
 	Counts, ListPending, ListDead, RetryDeadAll, Prune, PartitionsInUse        string
-	LeaseStatus, PartitionStatus, MovePartitions, NotifyChannel                string
+	LeaseStatus, MovePartitions, NotifyChannel                                 string
 }
 
 // New returns the statements for table (and schema, PostgreSQL only) in kind.
@@ -84,8 +84,6 @@ func New(kind Kind, schema, table string) *SQL {
 	s.RetryDeadAll = s.p(`UPDATE ` + s.Messages + ` SET state = 0, attempts = 0, available_at = ` + now + ` WHERE outbox = ? AND state = 2`)
 	s.PartitionsInUse = s.p(`SELECT DISTINCT part FROM ` + s.Messages + ` WHERE outbox = ? AND state = 0 AND part >= ?`)
 	s.MovePartitions = s.p(`UPDATE ` + s.Messages + ` SET part = MOD(part, ?) WHERE outbox = ? AND state = 0 AND part >= ?`)
-	s.PartitionStatus = s.p(`SELECT part, COUNT(*), MIN(` + s.TimeCol("created_at") + `) FROM ` + s.Messages +
-		` WHERE outbox = ? AND state = 0 GROUP BY part ORDER BY part`)
 	switch kind {
 	case MySQL:
 		s.Prune = s.p(`DELETE FROM ` + s.Messages + ` WHERE outbox = ? AND state = 1 AND delivered_at < ` + s.NowPlus("?") + ` LIMIT 5000`)
