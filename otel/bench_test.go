@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -45,9 +47,10 @@ func traceparent() string {
 // groups, each with a trace context of its own, as traced publishing leaves them)
 // through the engine with a relay that does nothing, bare and instrumented (Hooks with
 // metrics and spans, the relay wrapped by Relay, an SDK tracer provider sampling every
-// span). Run with -count to interleave the two:
+// span). Every iteration drains once each way, in a rotating order, so both variants
+// see the same machine; reported are the median rates and their ratio:
 //
-//	go test -run '^$' -bench DrainOverhead -benchtime 5x -count 5 ./otel
+//	go test -run '^$' -bench DrainOverhead -benchtime 10x ./otel
 func BenchmarkDrainOverhead(b *testing.B) {
 	const backlog = 20_000
 	db := dbtest.Postgres(b)
@@ -59,66 +62,72 @@ func BenchmarkDrainOverhead(b *testing.B) {
 			Data: fmt.Appendf(nil, `{"i":%d}`, i), Header: map[string]string{"traceparent": traceparent()}}
 	}
 	for _, batch := range []int{100, 1000} {
-		instance := func(b *testing.B, relay core.Relay, hooks core.Hooks) *core.Outboxer {
-			ob, err := core.New(core.Config{DB: db.DB, Manual: true, Logger: quiet, Hooks: hooks,
-				Outboxes: map[string]core.OutboxConfig{"bench": {Relay: relay, BatchSize: batch}}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := ob.Migrate(ctx); err != nil {
-				b.Fatal(err)
-			}
-			return ob
-		}
-		drain := func(b *testing.B, ob *core.Outboxer) {
-			filler := instance(b, noop, core.Hooks{})
-			for b.Loop() {
-				b.StopTimer()
-				for i := 0; i < backlog; i += 1000 {
-					if _, err := filler.PublishAll(ctx, db.DB, msgs[i:i+1000]); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if _, err := db.ExecContext(ctx, `VACUUM ANALYZE `+core.DefaultTable); err != nil {
+		b.Run(fmt.Sprintf("batch-%d", batch), func(b *testing.B) {
+			instance := func(relay core.Relay, hooks core.Hooks) *core.Outboxer {
+				ob, err := core.New(core.Config{DB: db.DB, Manual: true, Logger: quiet, Hooks: hooks,
+					Outboxes: map[string]core.OutboxConfig{"bench": {Relay: relay, BatchSize: batch}}})
+				if err != nil {
 					b.Fatal(err)
 				}
-				b.StartTimer()
-				res, err := ob.Drain(ctx, "bench")
-				if err != nil || res.Delivered != backlog {
-					b.Fatalf("Drain = %+v, %v", res, err)
+				if err := ob.Migrate(ctx); err != nil {
+					b.Fatal(err)
 				}
+				return ob
 			}
-			b.ReportMetric(float64(backlog*b.N)/b.Elapsed().Seconds(), "msgs/s")
-		}
-		b.Run(fmt.Sprintf("batch-%d/bare", batch), func(b *testing.B) {
-			drain(b, instance(b, noop, core.Hooks{}))
-		})
-		b.Run(fmt.Sprintf("batch-%d/instrumented", batch), func(b *testing.B) {
 			tp, mp := instrumentation(b)
 			hooks, err := outboxerotel.Hooks(outboxerotel.WithTracerProvider(tp), outboxerotel.WithMeterProvider(mp))
 			if err != nil {
 				b.Fatal(err)
 			}
-			relay, err := outboxerotel.Relay(noop, outboxerotel.WithTracerProvider(tp))
+			traced, err := outboxerotel.Relay(noop, outboxerotel.WithTracerProvider(tp))
 			if err != nil {
 				b.Fatal(err)
 			}
-			drain(b, instance(b, relay, hooks))
+			variants := []*core.Outboxer{instance(noop, core.Hooks{}), instance(traced, hooks)}
+			filler := instance(noop, core.Hooks{})
+			rates := [2][]float64{}
+			turn := 0
+			for b.Loop() {
+				turn++
+				for k := range variants {
+					v := (k + turn) % len(variants)
+					for i := 0; i < backlog; i += 1000 {
+						if _, err := filler.PublishAll(ctx, db.DB, msgs[i:i+1000]); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if _, err := db.ExecContext(ctx, `VACUUM ANALYZE `+core.DefaultTable); err != nil {
+						b.Fatal(err)
+					}
+					start := time.Now()
+					res, err := variants[v].Drain(ctx, "bench")
+					if err != nil || res.Delivered != backlog {
+						b.Fatalf("Drain = %+v, %v", res, err)
+					}
+					rates[v] = append(rates[v], backlog/time.Since(start).Seconds())
+				}
+			}
+			median := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
+			bare, instrumented := median(rates[0]), median(rates[1])
+			b.ReportMetric(bare, "bare-msgs/s")
+			b.ReportMetric(instrumented, "instrumented-msgs/s")
+			b.ReportMetric(instrumented/bare, "instrumented/bare")
 		})
 	}
 }
 
 // BenchmarkPublishOverhead publishes one message per transaction on PostgreSQL inside
 // the caller's span, bare and instrumented (Hooks: the publish span, its context in the
-// headers, the published counter). Run with -count to interleave the two:
+// headers, the published counter), the two in turn within every iteration; reported are
+// the median transaction times and their ratio:
 //
-//	go test -run '^$' -bench PublishOverhead -benchtime 3000x -count 5 ./otel
+//	go test -run '^$' -bench PublishOverhead -benchtime 3000x ./otel
 func BenchmarkPublishOverhead(b *testing.B) {
 	db := dbtest.Postgres(b)
 	tp, mp := instrumentation(b)
 	ctx, span := tp.Tracer("app").Start(context.Background(), "request")
 	defer span.End()
-	run := func(b *testing.B, hooks core.Hooks) {
+	instance := func(hooks core.Hooks) *core.Outboxer {
 		ob, err := core.New(core.Config{DB: db.DB, PublishOnly: true, Logger: quiet, Hooks: hooks,
 			Outboxes: map[string]core.OutboxConfig{"bench": {}}})
 		if err != nil {
@@ -127,30 +136,37 @@ func BenchmarkPublishOverhead(b *testing.B) {
 		if err := ob.Migrate(ctx); err != nil {
 			b.Fatal(err)
 		}
-		msg := core.Raw{To: "bench", Type: "bench.Event", Key: "g1", Data: []byte(`{"i":1}`)}
-		b.ReportAllocs()
-		for b.Loop() {
+		return ob
+	}
+	hooks, err := outboxerotel.Hooks(outboxerotel.WithTracerProvider(tp), outboxerotel.WithMeterProvider(mp))
+	if err != nil {
+		b.Fatal(err)
+	}
+	variants := []*core.Outboxer{instance(core.Hooks{}), instance(hooks)}
+	msg := core.Raw{To: "bench", Type: "bench.Event", Key: "g1", Data: []byte(`{"i":1}`)}
+	took := [2][]time.Duration{}
+	turn := 0
+	for b.Loop() {
+		turn++
+		for k := range variants {
+			v := (k + turn) % len(variants)
+			start := time.Now()
 			tx, err := db.BeginTx(ctx, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := ob.Publish(ctx, tx, msg); err != nil {
+			if _, err := variants[v].Publish(ctx, tx, msg); err != nil {
 				b.Fatal(err)
 			}
 			if err := tx.Commit(); err != nil {
 				b.Fatal(err)
 			}
-		}
-		if _, err := db.ExecContext(ctx, `DELETE FROM `+core.DefaultTable); err != nil {
-			b.Fatal(err)
+			took[v] = append(took[v], time.Since(start))
 		}
 	}
-	b.Run("bare", func(b *testing.B) { run(b, core.Hooks{}) })
-	b.Run("instrumented", func(b *testing.B) {
-		hooks, err := outboxerotel.Hooks(outboxerotel.WithTracerProvider(tp), outboxerotel.WithMeterProvider(mp))
-		if err != nil {
-			b.Fatal(err)
-		}
-		run(b, hooks)
-	})
+	median := func(xs []time.Duration) float64 { slices.Sort(xs); return float64(xs[len(xs)/2].Microseconds()) }
+	bare, instrumented := median(took[0]), median(took[1])
+	b.ReportMetric(bare, "bare-µs")
+	b.ReportMetric(instrumented, "instrumented-µs")
+	b.ReportMetric(instrumented/bare, "instrumented/bare")
 }
