@@ -20,7 +20,7 @@
 //	// core.OutboxConfig{Relay: sink, ...}
 //
 // A failed insert is rolled back to a savepoint, so the engine can still record the
-// failure in its transaction.
+// failure in its transaction (see "Jobs the database refuses").
 //
 // # Another database: at least once, repeats dropped
 //
@@ -53,6 +53,36 @@
 // A message whose args cannot be built fails alone (permanently when the error says
 // so) and holds back the rest of its group; set Options.Ordering to the outbox's
 // Ordering so that the sink holds back what the engine will.
+//
+// # Jobs the database refuses
+//
+// One InsertMany fails or succeeds as a whole, so a single job PostgreSQL refuses would
+// fail every message of its batch. The sink keeps such a message from failing the
+// others in two steps:
+//
+//   - Before inserting, it checks every job's encoded args and metadata for what
+//     PostgreSQL's jsonb refuses: a \u0000 escape, an unpaired UTF-16 surrogate escape,
+//     invalid UTF-8. Such a message fails alone with ErrNotJSONB, permanently (the
+//     engine makes it dead at its first attempt), and the rest of the batch is inserted.
+//   - When PostgreSQL still refuses the data of an InsertMany of several jobs (SQLSTATE
+//     class 22, a check or not-null constraint, a size limit: a refusal the check
+//     cannot foresee, such as a number too large for PostgreSQL's numeric), nothing of
+//     it was inserted, and the sink inserts the jobs again one at a time, in order; with
+//     TxSink each in a savepoint of its own, so the outbox's transaction stays usable.
+//     A job PostgreSQL then refuses fails alone, permanently. A job that fails alone
+//     for another reason fails with an ordinary error, which the engine retries, and
+//     holds back the rest of its group (ErrEarlierFailed, no attempt counted); other
+//     groups go on. Once ctx is done the sink stops trying.
+//
+// Any other failure of the InsertMany (the connection, a timeout, River refusing its
+// insert options) fails the batch as a whole, as it inserted nothing: the engine
+// counts an attempt for each group's first message and retries. Build per-message
+// insert options in Options.Job that River accepts (a queue name and tags of its
+// format); the sink itself refuses a priority or max attempts River would refuse, for
+// that message alone.
+//
+// The fallback costs one round trip per job (three with TxSink), only for a batch
+// PostgreSQL refused.
 //
 // # Trace context
 //

@@ -23,10 +23,13 @@ import (
 // DeliverTx, in the outbox's own transaction). The outbox table lives in River's
 // schema, as it must for TxSink.
 //
-// The poison is a payload that is not JSON: the sink's own validation refuses it with
-// core.Permanent before River sees it. River itself refuses little per job: a job whose
-// args PostgreSQL cannot store (a jsonb with \u0000) fails the whole InsertMany, and so
-// every message of its batch, which is no per-message poison.
+// Three poisons: a payload that is not JSON, which the sink's own validation refuses
+// with core.Permanent before River sees it; a JSON payload with a \u0000 escape, which
+// PostgreSQL's jsonb cannot store and the sink's check refuses (ErrNotJSONB) so that it
+// does not fail the InsertMany of its whole batch; and a number too large for
+// PostgreSQL's numeric, which no check foresees: the batch insert fails, the sink
+// inserts the jobs one at a time and PostgreSQL's refusal (SQLSTATE 22003) fails the
+// poison alone, permanently. Every other message arrives exactly once.
 func TestPoison(t *testing.T) {
 	for _, mode := range []string{"Deliver", "DeliverTx"} {
 		t.Run(mode, func(t *testing.T) {
@@ -56,8 +59,23 @@ func TestPoison(t *testing.T) {
 					Permanent: true,
 					Reason:    "payload is not JSON",
 					By:        "sink: the default job's validation refuses a payload that is not JSON before River sees it",
+				}, {
+					Name:      "nul-escape",
+					Payload:   []byte(`{"text":"a\u0000b"}`),
+					Permanent: true,
+					Reason:    "jsonb cannot store the job",
+					By:        "sink: its check refuses a job PostgreSQL's jsonb cannot store (a \\u0000 escape) before the insert",
+				}, {
+					Name:      "numeric-overflow",
+					Payload:   []byte(`{"n":1e1000000}`),
+					Permanent: true,
+					Reason:    "22003",
+					By:        "database: PostgreSQL refuses the batch insert (numeric overflow); the sink's one-at-a-time retry isolates the poison",
 				}},
 				PoisonScore: func(t *testing.T, r sinktest.PoisonResult) {
+					if r.Duplicated != 0 {
+						t.Errorf("%d extra job(s) for the messages around the poison; want each exactly once", r.Duplicated)
+					}
 					dbtest.Record(t, dbtest.Score{
 						Scenario: "7 poison message", Variant: mode + " " + r.Poison.Name + " " + r.Variant, Database: "river",
 						Published: r.Published, Committed: r.Committed, Delivered: r.Delivered, Lost: r.Lost,

@@ -1,12 +1,15 @@
 package riversink
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -60,6 +63,12 @@ var ErrPayloadNotJSON = errors.New("riversink: payload is not JSON; set Options.
 // an earlier message of its group (of the batch, with OrderTotal) failed. The engine
 // holds it back without counting an attempt.
 var ErrEarlierFailed = errors.New("riversink: not inserted: an earlier message of its group failed")
+
+// ErrNotJSONB is the (permanent) failure of a message whose job args or metadata
+// PostgreSQL's jsonb refuses: a \u0000 escape, an unpaired UTF-16 surrogate escape
+// (\ud800 alone), or invalid UTF-8. The sink checks every job before the insert, so
+// such a message fails alone instead of failing the InsertMany of its whole batch.
+var ErrNotJSONB = errors.New("riversink: PostgreSQL's jsonb cannot store the job")
 
 // JobFromEnvelope returns the Job for env, or ErrPayloadNotJSON (permanent).
 func JobFromEnvelope(env core.Envelope) (Job, error) {
@@ -149,7 +158,8 @@ func New[TTx any](client *river.Client[TTx], opts Options) (*Sink, error) {
 	return &Sink{sink: s, insertMany: client.InsertMany}, nil
 }
 
-// Deliver inserts the batch's jobs with one InsertMany. See the package documentation.
+// Deliver inserts the batch's jobs with one InsertMany; when PostgreSQL refuses one of
+// them, one at a time. See the package documentation.
 func (s *Sink) Deliver(ctx context.Context, batch []core.Envelope) error {
 	return s.deliver(ctx, batch, true, s.insertMany)
 }
@@ -179,7 +189,9 @@ func NewTx(client *river.Client[*sql.Tx], opts Options) (*TxSink, error) {
 }
 
 // DeliverTx inserts the batch's jobs in tx with one InsertManyTx. A failed insert is
-// rolled back to a savepoint, so tx stays usable for the engine to record the failure.
+// rolled back to a savepoint, so tx stays usable: for the sink to insert the jobs one at
+// a time (each in a savepoint of its own, see the package documentation) and for the
+// engine to record the failures.
 func (s *TxSink) DeliverTx(ctx context.Context, tx *sql.Tx, batch []core.Envelope) error {
 	return s.deliver(ctx, batch, false, func(ctx context.Context, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
 		if _, err := tx.ExecContext(ctx, "SAVEPOINT outboxer_river"); err != nil {
@@ -221,7 +233,7 @@ func (s *sink) deliver(ctx context.Context, batch []core.Envelope, unique bool,
 	failed := map[int64]error{}
 	blocked := map[string]bool{}
 	params := make([]river.InsertManyParams, 0, len(batch))
-	ids := make([]int64, 0, len(batch))
+	envs := make([]*core.Envelope, 0, len(batch))
 	for i := range batch {
 		env := &batch[i]
 		g := s.group(env)
@@ -238,16 +250,26 @@ func (s *sink) deliver(ctx context.Context, batch []core.Envelope, unique bool,
 			continue
 		}
 		params = append(params, p)
-		ids = append(ids, env.ID)
+		envs = append(envs, env)
 	}
 	if len(params) > 0 {
 		if _, err := insert(ctx, params); err != nil {
-			err = fmt.Errorf("riversink: insert %d job(s): %w", len(params), err)
-			if len(failed) == 0 {
-				return err
-			}
-			for _, id := range ids {
-				failed[id] = err
+			switch {
+			case len(params) == 1:
+				failed[envs[0].ID] = insertError(envs[0].ID, err)
+			case refusedData(err):
+				// One of the jobs is refused; which one, only inserting them alone tells.
+				s.insertEach(ctx, envs, params, failed, blocked, insert)
+			default:
+				// A failure of the insert as a whole (the connection, a timeout): nothing
+				// was inserted, and the engine retries the batch.
+				err = fmt.Errorf("riversink: insert %d job(s): %w", len(params), err)
+				if len(failed) == 0 {
+					return err
+				}
+				for _, env := range envs {
+					failed[env.ID] = err
+				}
 			}
 		}
 	}
@@ -255,6 +277,62 @@ func (s *sink) deliver(ctx context.Context, batch []core.Envelope, unique bool,
 		return &core.PartialFailure{Failed: failed}
 	}
 	return nil
+}
+
+// insertEach is the fallback after PostgreSQL refused the data of an InsertMany of
+// several jobs, which inserted none of them: it inserts the jobs again one at a time, in
+// order, so that the job the database refuses fails alone. A later job of its group is not tried (ErrEarlierFailed)
+// unless the refusal was permanent. Once ctx is done, the jobs not yet inserted fail
+// with the error, as a failed InsertMany fails them all.
+func (s *sink) insertEach(ctx context.Context, envs []*core.Envelope, params []river.InsertManyParams,
+	failed map[int64]error, blocked map[string]bool,
+	insert func(context.Context, []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)) {
+	for i, env := range envs {
+		g := s.group(env)
+		if g != "" && blocked[g] {
+			failed[env.ID] = ErrEarlierFailed
+			continue
+		}
+		_, err := insert(ctx, params[i:i+1])
+		if err == nil {
+			continue
+		}
+		err = insertError(env.ID, err)
+		if ctx.Err() != nil {
+			for _, rest := range envs[i:] {
+				failed[rest.ID] = err
+			}
+			return
+		}
+		failed[env.ID] = err
+		if g != "" && !errors.Is(err, core.ErrPermanent) {
+			blocked[g] = true
+		}
+	}
+}
+
+// insertError is the failure of a message whose job, inserted alone, failed: permanent
+// when PostgreSQL refused the job's data (see refusedData).
+func insertError(id int64, err error) error {
+	err = fmt.Errorf("riversink: insert job for message %d: %w", id, err)
+	if refusedData(err) {
+		return core.Permanent(err)
+	}
+	return err
+}
+
+// refusedData reports whether err is PostgreSQL refusing the data of a statement for
+// good: a data exception (SQLSTATE class 22: a jsonb it cannot parse or store, a number
+// out of range, a NUL byte in text), a violated check or not-null constraint, or a value
+// beyond a size limit. Drivers that expose the SQLSTATE (pgx, lib/pq) are understood;
+// any other error is not taken as a refusal.
+func refusedData(err error) bool {
+	var pg interface{ SQLState() string }
+	if !errors.As(err, &pg) {
+		return false
+	}
+	code := pg.SQLState()
+	return strings.HasPrefix(code, "22") || code == "23502" || code == "23514" || code == "54000"
 }
 
 // params builds the insert of one message's job.
@@ -267,13 +345,26 @@ func (s *sink) params(env core.Envelope, unique bool) (river.InsertManyParams, e
 		return river.InsertManyParams{}, core.Permanent(fmt.Errorf("riversink: job for message %d: Options.Job returned nil args", env.ID))
 	}
 	opts := mergeOpts(s.opts, perMsg)
+	// River refuses these for the whole InsertMany; refuse them for this message alone.
+	if opts.Priority < 0 || opts.Priority > 4 {
+		return river.InsertManyParams{}, core.Permanent(fmt.Errorf("riversink: job for message %d: priority %d; River takes 1 (highest) to 4, or 0 for the default", env.ID, opts.Priority))
+	}
+	if opts.MaxAttempts < 0 {
+		return river.InsertManyParams{}, core.Permanent(fmt.Errorf("riversink: job for message %d: max attempts %d; it must be 0 (River's default) or more", env.ID, opts.MaxAttempts))
+	}
 	meta, err := withMetadata(opts.Metadata, env)
 	if err != nil {
 		return river.InsertManyParams{}, core.Permanent(fmt.Errorf("riversink: job for message %d: %w", env.ID, err))
 	}
 	opts.Metadata = meta
+	if err := checkJSONB(meta); err != nil {
+		return river.InsertManyParams{}, core.Permanent(fmt.Errorf("riversink: job metadata for message %d: %w", env.ID, err))
+	}
 	encoded, err := json.Marshal(args)
 	if err != nil {
+		return river.InsertManyParams{}, core.Permanent(fmt.Errorf("riversink: job args for message %d: %w", env.ID, err))
+	}
+	if err := checkJSONB(encoded); err != nil {
 		return river.InsertManyParams{}, core.Permanent(fmt.Errorf("riversink: job args for message %d: %w", env.ID, err))
 	}
 	w := &wrapped{args: args, kind: s.kind, encoded: encoded}
@@ -380,4 +471,73 @@ func (w *wrapped) Hooks() []rivertype.Hook {
 		return a.Hooks()
 	}
 	return nil
+}
+
+// checkJSONB returns ErrNotJSONB, with what is wrong, when PostgreSQL's jsonb would
+// refuse the encoded JSON b: invalid UTF-8, a \u0000 escape, or a \u escape of a
+// UTF-16 surrogate that is not a high one followed by a low one. b must be valid JSON;
+// what jsonb refuses beyond that (a number too large for numeric) is left to the
+// database, and to the one-job-at-a-time fallback.
+func checkJSONB(b []byte) error {
+	if !utf8.Valid(b) {
+		return fmt.Errorf("%w: invalid UTF-8", ErrNotJSONB)
+	}
+	if !bytes.Contains(b, []byte(`\u`)) {
+		return nil
+	}
+	inString := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			inString = !inString
+		case c == '\\' && inString && i+1 < len(b):
+			i++
+			if b[i] != 'u' {
+				continue
+			}
+			r, ok := hex4(b, i+1)
+			if !ok {
+				return fmt.Errorf("%w: a malformed \\u escape", ErrNotJSONB)
+			}
+			i += 4
+			switch {
+			case r == 0:
+				return fmt.Errorf("%w: a \\u0000 escape (jsonb holds no NUL character)", ErrNotJSONB)
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return fmt.Errorf("%w: a low surrogate escape \\u%04x without a high one before it", ErrNotJSONB, r)
+			case r >= 0xD800 && r <= 0xDBFF:
+				var low rune
+				ok := i+2 < len(b) && b[i+1] == '\\' && b[i+2] == 'u'
+				if ok {
+					low, ok = hex4(b, i+3)
+				}
+				if !ok || low < 0xDC00 || low > 0xDFFF {
+					return fmt.Errorf("%w: a high surrogate escape \\u%04x without a low one after it", ErrNotJSONB, r)
+				}
+				i += 6
+			}
+		}
+	}
+	return nil
+}
+
+// hex4 decodes the four hex digits at b[i:].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
