@@ -12,14 +12,17 @@ import (
 	"github.com/outboxer-go/outboxer/core"
 )
 
-// identRE is the rule the core applies to table and schema names.
+// identRE is the rule the core applies to table and schema names: letters, digits and
+// _, not starting with a digit, at most 63 characters (PostgreSQL's limit, which binds a
+// schema name). A table name is shorter still: at most core.MaxTableLen.
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // checkNames refuses table and schema names that the core would refuse, before any
-// connection is made, so that a bad name runs nothing.
+// connection is made, so that a bad name runs nothing. The table's limit is the core's
+// own constant, so that the two cannot disagree.
 func checkNames(table, schema string, d core.Dialect) error {
-	if !identRE.MatchString(table) {
-		return usagef("invalid --table %q: use letters, digits and _ (not first), at most 63", table)
+	if len(table) > core.MaxTableLen || !identRE.MatchString(table) {
+		return usagef("invalid --table %q: use letters, digits and _ (not first), at most %d", table, core.MaxTableLen)
 	}
 	if schema != "" {
 		if !identRE.MatchString(schema) {
