@@ -110,8 +110,8 @@ type chaosLedger struct {
 	// SQLite, which hands a rolled-back ID out again.
 	committedBody  map[int64]string
 	rolledBackBody map[string]bool
-	txs        int // committed transactions
-	aborted    int // rolled-back transactions
+	txs            int // committed transactions
+	aborted        int // rolled-back transactions
 }
 
 func newChaosLedger() *chaosLedger {
