@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Kind is a SQL dialect.
@@ -34,6 +35,19 @@ type SQL struct {
 	FailMessage, KillMessage                                                   string
 	Counts, ListPending, ListDead, RetryDeadAll, Prune, PartitionsInUse        string
 	LeaseStatus, MovePartitions, NotifyChannel                                 string
+
+	// inserts caches the INSERT statements of up to cachedRows rows: a publish builds
+	// none of its SQL text, and PostgreSQL drivers find their prepared statement by it.
+	inserts sync.Map // insertKey → string
+}
+
+// cachedRows bounds the row counts whose INSERT text is kept (a statement of n rows is
+// about 40·n bytes; larger batches are rare and build theirs).
+const cachedRows = 64
+
+type insertKey struct {
+	n                      int
+	delayed, notify, timed bool
 }
 
 // New returns the statements for table (and schema, PostgreSQL only) in kind.
@@ -115,6 +129,7 @@ func (s *SQL) p(q string) string {
 		return q
 	}
 	var b strings.Builder
+	b.Grow(len(q) + 3*strings.Count(q, "?"))
 	n := 0
 	for i := 0; i < len(q); i++ {
 		if q[i] == '?' {
@@ -200,6 +215,23 @@ func (s *SQL) envelopeColumns() string {
 // With notify, the statement also sends one notification on NotifyChannel with the
 // given payload (PostgreSQL only; notifications are sent at commit, once per payload).
 func (s *SQL) Insert(n int, delayed, notify bool) string {
+	return s.cached(insertKey{n: n, delayed: delayed, notify: notify}, func() string { return s.insert(n, delayed, notify) })
+}
+
+// cached returns the statement of k, building it with build once for small row counts.
+func (s *SQL) cached(k insertKey, build func() string) string {
+	if k.n > cachedRows {
+		return build()
+	}
+	if q, ok := s.inserts.Load(k); ok {
+		return q.(string)
+	}
+	q := build()
+	s.inserts.Store(k, q)
+	return q
+}
+
+func (s *SQL) insert(n int, delayed, notify bool) string {
 	var b strings.Builder
 	b.WriteString(`INSERT INTO `)
 	b.WriteString(s.Messages)
@@ -228,6 +260,10 @@ func (s *SQL) Insert(n int, delayed, notify bool) string {
 // returns nothing: SQLite has one writer, so the rows of one statement get consecutive
 // IDs ending at the last insert ID, and its clock is this process's clock.
 func (s *SQL) InsertTimed(n int) string {
+	return s.cached(insertKey{n: n, timed: true}, func() string { return s.insertTimed(n) })
+}
+
+func (s *SQL) insertTimed(n int) string {
 	var b strings.Builder
 	b.WriteString(`INSERT INTO ` + s.Messages + ` (outbox, type, group_key, part, payload, headers, created_at, available_at) VALUES `)
 	for i := range n {
