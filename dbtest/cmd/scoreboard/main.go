@@ -109,14 +109,15 @@ func readLines(path string) ([]string, error) {
 	return lines, sc.Err()
 }
 
-// revision is the commit checked out, and whether the tree had changes.
+// revision is the commit checked out, and whether the tree had changes (the workspace's
+// checksum file, which go commands rewrite, and the scoreboard itself do not count).
 func revision() string {
 	rev, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
 	if err != nil {
 		return "unknown"
 	}
 	s := strings.TrimSpace(string(rev))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!go.work.sum", ":!RELIABILITY.md").Output(); err == nil && len(st) > 0 {
 		s += " (with uncommitted changes)"
 	}
 	return s
