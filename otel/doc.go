@@ -119,6 +119,10 @@
 // context rather than the global propagator, which stores nothing until one is set;
 // pass otel.GetTextMapPropagator() to follow the global one.
 //
+// Package oteltest checks this path in a test of a sink of your own: CheckTrace takes the
+// ended spans and, per message, the publishing and the consuming span, and reports any
+// break in the chain (the Kafka and Watermill sinks' tests use it).
+//
 // The hooks run on the engine's goroutines and only record in memory; they are safe for
 // concurrent use, and one value may serve several instances.
 package outboxerotel

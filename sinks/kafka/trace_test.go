@@ -16,6 +16,7 @@ import (
 	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest"
 	outboxerotel "github.com/outboxer-go/outboxer/otel"
+	"github.com/outboxer-go/outboxer/otel/oteltest"
 	"github.com/outboxer-go/outboxer/sinks/kafka"
 )
 
@@ -106,52 +107,5 @@ func TestTraceContinuesToTheConsumer(t *testing.T) {
 	if len(processed) != 3 {
 		t.Fatalf("consumed %d messages, want 3: %v", len(processed), ctx.Err())
 	}
-	checkTrace(t, spans.Ended(), published, processed)
-}
-
-// checkTrace checks, for every message, that the consumer's span is in the trace of the
-// application's span that published it, a child of the publish span that is itself the
-// application span's child, and that the send span links to that publish span.
-func checkTrace(t *testing.T, ended []sdktrace.ReadOnlySpan, published, processed map[int64]trace.SpanContext) {
-	t.Helper()
-	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
-	var sends []sdktrace.ReadOnlySpan
-	for _, s := range ended {
-		byID[s.SpanContext().SpanID()] = s
-		if s.Name() == "send orders" {
-			sends = append(sends, s)
-		}
-	}
-	if len(sends) == 0 {
-		t.Fatal("no send span")
-	}
-	for id, app := range published {
-		got, ok := processed[id]
-		if !ok {
-			t.Errorf("message %d was not consumed", id)
-			continue
-		}
-		if got.TraceID() != app.TraceID() {
-			t.Errorf("message %d: consumer span in trace %v, want the publisher's %v", id, got.TraceID(), app.TraceID())
-		}
-		consumerSpan := byID[got.SpanID()]
-		create, ok := byID[consumerSpan.Parent().SpanID()]
-		if !ok {
-			t.Errorf("message %d: the consumer span's parent %v is no span of ours", id, consumerSpan.Parent().SpanID())
-			continue
-		}
-		if create.Name() != "create orders" || create.SpanKind() != trace.SpanKindProducer || create.Parent().SpanID() != app.SpanID() {
-			t.Errorf("message %d: consumer span's parent is %q (%v), child of %v; want the create span, child of the application's span %v",
-				id, create.Name(), create.SpanKind(), create.Parent().SpanID(), app.SpanID())
-		}
-		found := false
-		for _, s := range sends {
-			for _, l := range s.Links() {
-				found = found || l.SpanContext.SpanID() == create.SpanContext().SpanID()
-			}
-		}
-		if !found {
-			t.Errorf("message %d: no send span links to its create span %v", id, create.SpanContext().SpanID())
-		}
-	}
+	oteltest.CheckTrace(t, spans.Ended(), "orders", published, processed)
 }

@@ -1,0 +1,62 @@
+// Package oteltest checks that a relay carries a publisher's trace to its consumers, for
+// tests of relays and sinks: publish inside application spans with outboxerotel's hooks,
+// deliver through outboxerotel.Relay, consume, start a span from the context extracted from
+// what arrived, and hand the ended spans to CheckTrace.
+package oteltest
+
+import (
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// CheckTrace checks, for every message of published (outbox message ID → the span
+// context of the application span that published it), that the consumer's span in
+// processed (ID → the span the consumer started from the context it extracted) is in the
+// publisher's trace, a child of the "create <outbox>" span that is itself the application
+// span's child, and that a "send <outbox>" span links to that create span. ended is what
+// the test's span recorder (go.opentelemetry.io/otel/sdk/trace/tracetest) ended.
+func CheckTrace(t testing.TB, ended []sdktrace.ReadOnlySpan, outbox string, published, processed map[int64]trace.SpanContext) {
+	t.Helper()
+	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+	var sends []sdktrace.ReadOnlySpan
+	for _, s := range ended {
+		byID[s.SpanContext().SpanID()] = s
+		if s.Name() == "send "+outbox {
+			sends = append(sends, s)
+		}
+	}
+	if len(sends) == 0 {
+		t.Fatalf("no %q span", "send "+outbox)
+	}
+	for id, app := range published {
+		got, ok := processed[id]
+		if !ok {
+			t.Errorf("message %d was not consumed", id)
+			continue
+		}
+		if got.TraceID() != app.TraceID() {
+			t.Errorf("message %d: consumer span in trace %v, want the publisher's %v", id, got.TraceID(), app.TraceID())
+		}
+		consumerSpan := byID[got.SpanID()]
+		create, ok := byID[consumerSpan.Parent().SpanID()]
+		if !ok {
+			t.Errorf("message %d: the consumer span's parent %v is no span of ours", id, consumerSpan.Parent().SpanID())
+			continue
+		}
+		if create.Name() != "create "+outbox || create.SpanKind() != trace.SpanKindProducer || create.Parent().SpanID() != app.SpanID() {
+			t.Errorf("message %d: consumer span's parent is %q (%v), child of %v; want the create span, child of the application's span %v",
+				id, create.Name(), create.SpanKind(), create.Parent().SpanID(), app.SpanID())
+		}
+		found := false
+		for _, s := range sends {
+			for _, l := range s.Links() {
+				found = found || l.SpanContext.SpanID() == create.SpanContext().SpanID()
+			}
+		}
+		if !found {
+			t.Errorf("message %d: no send span links to its create span %v", id, create.SpanContext().SpanID())
+		}
+	}
+}
