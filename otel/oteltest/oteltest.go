@@ -5,11 +5,51 @@
 package oteltest
 
 import (
+	"context"
+	"database/sql"
+	"strconv"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxer-go/outboxer/core"
 )
+
+// PublishInSpans publishes three messages into outbox as two requests of an application
+// would: each request in a span of tp's tracer "shop", publishing one and two messages of
+// its own group in a transaction on db. It returns, per message ID, the span context of
+// the request that published it, as CheckTrace takes it. ob must have been given
+// outboxerotel's hooks on the same tp.
+func PublishInSpans(t testing.TB, ctx context.Context, tp trace.TracerProvider, ob *core.Outboxer, db *sql.DB, outbox string) map[int64]trace.SpanContext {
+	t.Helper()
+	app := tp.Tracer("shop")
+	published := map[int64]trace.SpanContext{}
+	for i, n := range []int{1, 2} {
+		reqCtx, req := app.Start(ctx, "place order "+strconv.Itoa(i))
+		tx, err := db.BeginTx(reqCtx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs := make([]core.Message, n)
+		for k := range msgs {
+			msgs[k] = core.Raw{To: outbox, Type: "order.placed", Key: "order:" + strconv.Itoa(i), Data: []byte(`{}`)}
+		}
+		envs, err := ob.PublishAll(reqCtx, tx, msgs)
+		if err != nil {
+			_ = tx.Rollback()
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		req.End()
+		for _, env := range envs {
+			published[env.ID] = req.SpanContext()
+		}
+	}
+	return published
+}
 
 // CheckTrace checks, for every message of published (outbox message ID → the span
 // context of the application span that published it), that the consumer's span in

@@ -50,30 +50,7 @@ func TestTraceContinuesToTheConsumer(t *testing.T) {
 	}
 
 	// Two requests of the application, each publishing in its own span.
-	app := tp.Tracer("shop")
-	published := map[int64]trace.SpanContext{} // message ID → the application's span
-	for i, n := range []int{1, 2} {
-		reqCtx, req := app.Start(ctx, "place order "+strconv.Itoa(i))
-		tx, err := db.BeginTx(reqCtx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msgs := make([]core.Message, n)
-		for k := range msgs {
-			msgs[k] = core.Raw{To: "orders", Type: "order.placed", Key: "order:" + strconv.Itoa(i), Data: []byte(`{}`)}
-		}
-		envs, err := ob.PublishAll(reqCtx, tx, msgs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		req.End()
-		for _, env := range envs {
-			published[env.ID] = req.SpanContext()
-		}
-	}
+	published := oteltest.PublishInSpans(t, ctx, tp, ob, db.DB, "orders")
 	if res, err := ob.Drain(ctx, "orders"); err != nil || res.Delivered != 3 {
 		t.Fatalf("Drain = %+v, %v; want 3 delivered", res, err)
 	}
