@@ -311,7 +311,7 @@ func FuzzCodecOutput(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := o.prepare(hostileMsg{typ: "t"}, &publishOptions{})
+		r, err := o.prepare(hostileMsg{typ: "t"}, &publishOptions{}, new(Envelope))
 		switch {
 		case fail:
 			if !errors.Is(err, ErrInvalidMessage) {

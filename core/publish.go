@@ -71,10 +71,11 @@ func WithDelay(d time.Duration) PublishOption { return func(o *publishOptions) {
 // process's clock, then applied to the database's clock).
 func WithAvailableAt(t time.Time) PublishOption { return func(o *publishOptions) { o.available = t } }
 
-// row is one message ready to insert.
+// row is one message ready to insert; env is the envelope Publish returns, completed by
+// the insert.
 type row struct {
 	ob      *box
-	env     Envelope
+	env     *Envelope
 	headers any // JSON text or nil
 	delay   int64
 }
@@ -110,12 +111,19 @@ func (o *Outboxer) publishAll(ctx context.Context, db Executor, msgs []Message, 
 		return nil, nil
 	}
 	var po publishOptions
-	for _, opt := range opts {
-		opt(&po)
+	if len(opts) > 0 {
+		// Options write through a pointer of their own, so that po stays on the stack
+		// when there are none.
+		p := new(publishOptions)
+		for _, opt := range opts {
+			opt(p)
+		}
+		po = *p
 	}
+	envs := make([]Envelope, len(msgs))
 	rows := make([]row, len(msgs))
 	for i, m := range msgs {
-		r, err := o.prepare(m, &po)
+		r, err := o.prepare(m, &po, &envs[i])
 		if err != nil {
 			if len(msgs) > 1 {
 				return nil, fmt.Errorf("message %d: %w", i, err)
@@ -149,10 +157,6 @@ func (o *Outboxer) publishAll(ctx context.Context, db Executor, msgs []Message, 
 	} else if err := o.write(ctx, db, rows, locks); err != nil {
 		return nil, err
 	}
-	envs := make([]Envelope, len(rows))
-	for i, r := range rows {
-		envs[i] = r.env
-	}
 	o.published(envs, tx)
 	return envs, nil
 }
@@ -169,8 +173,8 @@ func isNil(v any) bool {
 	return false
 }
 
-// prepare validates and encodes one message.
-func (o *Outboxer) prepare(m Message, po *publishOptions) (row, error) {
+// prepare validates and encodes one message into env.
+func (o *Outboxer) prepare(m Message, po *publishOptions, env *Envelope) (row, error) {
 	if isNil(m) {
 		return row{}, fmt.Errorf("%w: nil message", ErrInvalidMessage)
 	}
@@ -185,7 +189,7 @@ func (o *Outboxer) prepare(m Message, po *publishOptions) (row, error) {
 	if err != nil {
 		return row{}, err
 	}
-	env := Envelope{Outbox: name, Type: messageType(m), State: Pending}
+	*env = Envelope{Outbox: name, Type: messageType(m), State: Pending}
 	if po.groupKey != nil {
 		env.GroupKey = *po.groupKey
 	} else if g, ok := m.(GroupKeyer); ok {
@@ -360,18 +364,19 @@ func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {
 		created, avail dbTime
 	}
 	got := make([]ret, 0, len(rows))
+	var ignored sql.NullBool
+	dest := make([]any, 0, 4)
 	err := queryRows(ctx, db, q, args, func(scan func(...any) error) error {
-		var r ret
-		dest := []any{&r.id, &r.created, &r.avail}
+		got = append(got, ret{})
+		r := &got[len(got)-1]
+		dest = append(dest[:0], &r.id, &r.created)
+		if delayed {
+			dest = append(dest, &r.avail)
+		}
 		if notify {
-			var ignored sql.NullBool
 			dest = append(dest, &ignored)
 		}
-		if err := scan(dest...); err != nil {
-			return err
-		}
-		got = append(got, r)
-		return nil
+		return scan(dest...)
 	})
 	if err != nil {
 		if errors.Is(err, ErrInvalidExecutor) {
@@ -388,7 +393,10 @@ func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {
 	for i := range rows {
 		rows[i].env.ID = got[i].id
 		rows[i].env.CreatedAt = got[i].created.Time
-		rows[i].env.AvailableAt = got[i].avail.Time
+		rows[i].env.AvailableAt = got[i].created.Time
+		if delayed {
+			rows[i].env.AvailableAt = got[i].avail.Time
+		}
 	}
 	return nil
 }

@@ -208,10 +208,12 @@ func (s *SQL) envelopeColumns() string {
 		s.TimeCol("created_at") + `, ` + s.TimeCol("available_at")
 }
 
-// Insert returns an INSERT of n rows that returns id, created_at and available_at per
-// row. Each row takes (outbox, type, group_key, part, payload, headers), and with delayed
-// also a delay in microseconds; without it, the column defaults (the database clock)
-// give created_at and available_at, which keeps the statement short.
+// Insert returns an INSERT of n rows that returns id and created_at per row, and with
+// delayed also available_at. Each row takes (outbox, type, group_key, part, payload,
+// headers), and with delayed also a delay in microseconds; without it, the column
+// defaults give created_at and available_at the same value (the database clock at the
+// start of the transaction on PostgreSQL, of the statement on MariaDB), so the
+// statement neither sends nor reads back the second.
 // With notify, the statement also sends one notification on NotifyChannel with the
 // given payload (PostgreSQL only; notifications are sent at commit, once per payload).
 func (s *SQL) Insert(n int, delayed, notify bool) string {
@@ -248,7 +250,10 @@ func (s *SQL) insert(n int, delayed, notify bool) string {
 		}
 		b.WriteString(row)
 	}
-	b.WriteString(` RETURNING id, ` + s.TimeCol("created_at") + `, ` + s.TimeCol("available_at"))
+	b.WriteString(` RETURNING id, ` + s.TimeCol("created_at"))
+	if delayed {
+		b.WriteString(`, ` + s.TimeCol("available_at"))
+	}
 	if notify && s.Kind == Postgres {
 		b.WriteString(`, pg_notify(?, ?) IS NULL`)
 	}
