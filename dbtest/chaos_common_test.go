@@ -9,7 +9,6 @@ import (
 	"context"
 	"database/sql"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 
@@ -161,13 +160,7 @@ func chaosScore(db *dbtest.DB) string {
 }
 
 // chaosQ rewrites ? placeholders for PostgreSQL.
-func chaosQ(db *dbtest.DB, q string) string {
-	if db.Dialect != core.Postgres {
-		return q
-	}
-	n := 0
-	return replaceEach(q, "?", func() string { n++; return "$" + strconv.Itoa(n) })
-}
+func chaosQ(db *dbtest.DB, q string) string { return placeholders(db.Dialect, q) }
 
 // chaosStored is a message row as the table holds it.
 type chaosStored struct {

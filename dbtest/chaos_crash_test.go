@@ -227,13 +227,7 @@ func crashTables(t *testing.T, db *dbtest.DB) {
 	}
 }
 
-func crashQ(db *dbtest.DB, q string) string {
-	if db.Dialect != core.Postgres {
-		return q
-	}
-	n := 0
-	return replaceEach(q, "?", func() string { n++; return "$" + strconv.Itoa(n) })
-}
+func crashQ(db *dbtest.DB, q string) string { return placeholders(db.Dialect, q) }
 
 func crashDeliveries(t *testing.T, db *dbtest.DB) []crashDelivery {
 	t.Helper()

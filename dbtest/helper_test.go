@@ -125,12 +125,15 @@ type tableRelay struct {
 	started             int // batches handed over so far
 }
 
-func (r *tableRelay) q(s string) string {
-	if r.dialect != core.Postgres {
-		return s
+func (r *tableRelay) q(s string) string { return placeholders(r.dialect, s) }
+
+// placeholders rewrites the ? placeholders of q as $1, $2, … for PostgreSQL.
+func placeholders(d core.Dialect, q string) string {
+	if d != core.Postgres {
+		return q
 	}
 	n := 0
-	return replaceEach(s, "?", func() string { n++; return "$" + strconv.Itoa(n) })
+	return replaceEach(q, "?", func() string { n++; return "$" + strconv.Itoa(n) })
 }
 
 func replaceEach(s, old string, next func() string) string {
