@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,14 +74,14 @@ func BenchmarkPublish(b *testing.B) {
 	}
 }
 
-// BenchmarkPublishInterleaved measures the same transactions as BenchmarkPublish, but
-// runs them in turn within every iteration (bare, plain INSERT, Publish, PublishAll of
-// 10, in a rotating order) and reports medians. A database's commit time drifts over a
-// run (checkpoints, table growth, other load on the machine); taking every variant under
-// the same conditions keeps the comparison fair. Reported: the median added by each
-// variant over the bare transaction, in µs, and the ratios the targets speak of, beside
-// the same ratios of two hand-written references (an INSERT … RETURNING read back through
-// QueryContext, and one INSERT of ten rows):
+// BenchmarkPublishInterleaved measures the same transactions as BenchmarkPublish, timed
+// in turn by dbtest.Interleave, and reports medians: what each variant adds to the bare
+// transaction, in µs, and the ratios the targets speak of (publish1/plain,
+// publish10/publish1), beside the same ratios of two hand-written references: an INSERT
+// … RETURNING read back through QueryContext (returning/plain: what reading IDs back
+// costs any publish) and one INSERT of ten rows (plain10/plain: what nine more rows cost
+// the database). own-work-µs is Publish through an executor that stores nothing: its
+// validating, encoding and statement building where they run, between two round trips.
 //
 //	go test -run '^$' -bench PublishInterleaved -benchtime 3000x ./dbtest
 func BenchmarkPublishInterleaved(b *testing.B) {
@@ -147,37 +146,28 @@ func BenchmarkPublishInterleaved(b *testing.B) {
 					return err
 				}},
 			}
-			took := make([][]time.Duration, len(variants))
-			id, turn := 0, 0
-			for b.Loop() {
-				turn++
-				for k := range variants {
-					v := (k + turn) % len(variants)
+			id := 0
+			runs := make([]func() error, len(variants))
+			for v := range variants {
+				runs[v] = func() error {
 					id++
-					start := time.Now()
 					tx, err := db.BeginTx(ctx, nil)
 					if err != nil {
-						b.Fatal(err)
+						return err
 					}
+					defer tx.Rollback()
 					if _, err := tx.ExecContext(ctx, order, id, 100); err != nil {
-						b.Fatal(err)
+						return err
 					}
 					if err := variants[v].publish(tx); err != nil {
-						b.Fatal(err)
+						return fmt.Errorf("%s: %w", variants[v].name, err)
 					}
-					if err := tx.Commit(); err != nil {
-						b.Fatal(err)
-					}
-					took[v] = append(took[v], time.Since(start))
+					return tx.Commit()
 				}
 			}
-			med := make([]float64, len(variants))
-			for v := range variants {
-				slices.Sort(took[v])
-				med[v] = float64(took[v][len(took[v])/2].Nanoseconds()) / 1e3
-			}
-			added := func(v int) float64 { return med[v] - med[0] }
-			b.ReportMetric(med[0], "bare-µs")
+			med := dbtest.Interleave(b, runs...)
+			added := func(v int) float64 { return dbtest.Micros(med[v] - med[0]) }
+			b.ReportMetric(dbtest.Micros(med[0]), "bare-µs")
 			b.ReportMetric(added(1), "plain-added-µs")
 			b.ReportMetric(added(2), "publish1-added-µs")
 			b.ReportMetric(added(3), "publish10-added-µs")

@@ -2,10 +2,12 @@ package pgxoutbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,6 +39,64 @@ var adapter = adaptertest.Adapter{
 func TestConformance(t *testing.T) { adaptertest.Run(t, adapter) }
 
 func BenchmarkPublish(b *testing.B) { adaptertest.Bench(b, adapter) }
+
+// BenchmarkPublishInterleaved is dbtest's benchmark of the same name through pgx itself:
+// business transactions (BEGIN; INSERT an order; …; COMMIT) on a pool, bare, with a
+// hand-written INSERT of an equivalent outbox row, with Publish, with PublishAll of ten
+// messages, and with the hand-written INSERT … RETURNING its ID, timed in turn; reported
+// are medians of what each adds to the bare transaction, and the ratios:
+//
+//	go test -run '^$' -bench PublishInterleaved -benchtime 3000x ./adapters/pgx
+func BenchmarkPublishInterleaved(b *testing.B) {
+	db := dbtest.Postgres(b)
+	e := adaptertest.Setup(b, db, nil)
+	p := pool(b, db)
+	ctx := context.Background()
+	msg := adaptertest.Event{OrderID: 1, Note: "placed", Group: "order:1"}
+	payload, err := json.Marshal(msg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ten := make([]core.Message, 10)
+	for i := range ten {
+		ten[i] = adaptertest.Event{OrderID: int64(i), Note: "placed", Group: "order:1"}
+	}
+	const plain = `INSERT INTO outboxer_messages (outbox, type, group_key, part, payload, headers) VALUES ($1, $2, $3, $4, $5, $6)`
+	args := []any{"orders", "order.placed", "order:1", 0, payload, nil}
+	variants := []func(pgx.Tx) error{
+		func(pgx.Tx) error { return nil },
+		func(tx pgx.Tx) error { _, err := tx.Exec(ctx, plain, args...); return err },
+		func(tx pgx.Tx) error { _, err := pgxoutbox.Publish(ctx, e.Ob, tx, msg); return err },
+		func(tx pgx.Tx) error { _, err := pgxoutbox.PublishAll(ctx, e.Ob, tx, ten); return err },
+		func(tx pgx.Tx) error {
+			var id int64
+			var created time.Time
+			return tx.QueryRow(ctx, plain+` RETURNING id, created_at`, args...).Scan(&id, &created)
+		},
+	}
+	id := 0
+	runs := make([]func() error, len(variants))
+	for v, publish := range variants {
+		runs[v] = func() error {
+			id++
+			return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `INSERT INTO orders (id, note) VALUES ($1, 'placed')`, id); err != nil {
+					return err
+				}
+				return publish(tx)
+			})
+		}
+	}
+	med := dbtest.Interleave(b, runs...)
+	added := func(v int) float64 { return dbtest.Micros(med[v] - med[0]) }
+	b.ReportMetric(dbtest.Micros(med[0]), "bare-µs")
+	b.ReportMetric(added(1), "plain-added-µs")
+	b.ReportMetric(added(2), "publish1-added-µs")
+	b.ReportMetric(added(3), "publish10-added-µs")
+	b.ReportMetric(added(2)/added(1), "publish1/plain")
+	b.ReportMetric(added(3)/added(2), "publish10/publish1")
+	b.ReportMetric(added(4)/added(1), "returning/plain")
+}
 
 // TestSerializeWritesOnPool: publishing through a pool with SerializeWrites takes its
 // lock in a transaction of its own.
