@@ -166,16 +166,9 @@ func BenchmarkPublishInterleaved(b *testing.B) {
 				}
 			}
 			med := dbtest.Interleave(b, runs...)
-			added := func(v int) float64 { return dbtest.Micros(med[v] - med[0]) }
-			b.ReportMetric(dbtest.Micros(med[0]), "bare-µs")
-			b.ReportMetric(added(1), "plain-added-µs")
-			b.ReportMetric(added(2), "publish1-added-µs")
-			b.ReportMetric(added(3), "publish10-added-µs")
-			b.ReportMetric(added(2)/added(1), "publish1/plain")
-			b.ReportMetric(added(3)/added(2), "publish10/publish1")
-			b.ReportMetric(added(4)/added(1), "returning/plain")
-			b.ReportMetric(added(5)/added(1), "plain10/plain")
-			b.ReportMetric(added(6), "own-work-µs")
+			dbtest.ReportPublish(b, med)
+			b.ReportMetric(float64(med[5]-med[0])/float64(med[1]-med[0]), "plain10/plain")
+			b.ReportMetric(dbtest.Micros(med[6]-med[0]), "own-work-µs")
 		})
 	}
 }

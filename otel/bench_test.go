@@ -144,28 +144,21 @@ func BenchmarkPublishOverhead(b *testing.B) {
 	}
 	variants := []*core.Outboxer{instance(core.Hooks{}), instance(hooks)}
 	msg := core.Raw{To: "bench", Type: "bench.Event", Key: "g1", Data: []byte(`{"i":1}`)}
-	took := [2][]time.Duration{}
-	turn := 0
-	for b.Loop() {
-		turn++
-		for k := range variants {
-			v := (k + turn) % len(variants)
-			start := time.Now()
+	publish := func(ob *core.Outboxer) func() error {
+		return func() error {
 			tx, err := db.BeginTx(ctx, nil)
 			if err != nil {
-				b.Fatal(err)
+				return err
 			}
-			if _, err := variants[v].Publish(ctx, tx, msg); err != nil {
-				b.Fatal(err)
+			defer tx.Rollback()
+			if _, err := ob.Publish(ctx, tx, msg); err != nil {
+				return err
 			}
-			if err := tx.Commit(); err != nil {
-				b.Fatal(err)
-			}
-			took[v] = append(took[v], time.Since(start))
+			return tx.Commit()
 		}
 	}
-	median := func(xs []time.Duration) float64 { slices.Sort(xs); return float64(xs[len(xs)/2].Microseconds()) }
-	bare, instrumented := median(took[0]), median(took[1])
+	med := dbtest.Interleave(b, publish(variants[0]), publish(variants[1]))
+	bare, instrumented := dbtest.Micros(med[0]), dbtest.Micros(med[1])
 	b.ReportMetric(bare, "bare-µs")
 	b.ReportMetric(instrumented, "instrumented-µs")
 	b.ReportMetric(instrumented/bare, "instrumented/bare")

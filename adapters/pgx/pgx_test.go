@@ -87,15 +87,7 @@ func BenchmarkPublishInterleaved(b *testing.B) {
 			})
 		}
 	}
-	med := dbtest.Interleave(b, runs...)
-	added := func(v int) float64 { return dbtest.Micros(med[v] - med[0]) }
-	b.ReportMetric(dbtest.Micros(med[0]), "bare-µs")
-	b.ReportMetric(added(1), "plain-added-µs")
-	b.ReportMetric(added(2), "publish1-added-µs")
-	b.ReportMetric(added(3), "publish10-added-µs")
-	b.ReportMetric(added(2)/added(1), "publish1/plain")
-	b.ReportMetric(added(3)/added(2), "publish10/publish1")
-	b.ReportMetric(added(4)/added(1), "returning/plain")
+	dbtest.ReportPublish(b, dbtest.Interleave(b, runs...))
 }
 
 // TestSerializeWritesOnPool: publishing through a pool with SerializeWrites takes its
