@@ -14,10 +14,13 @@ replace github.com/outboxer-go/outboxer/sinks/river => ../../sinks/river
 
 replace github.com/outboxer-go/outboxer/sinks/sqs => ../../sinks/sqs
 
+replace github.com/outboxer-go/outboxer/otel => ../../otel
+
 require (
 	github.com/BurntSushi/toml v1.6.0
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-amqp/v3 v3.0.2
+	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/config v1.33.18
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
 	github.com/go-sql-driver/mysql v1.10.1
@@ -38,7 +41,6 @@ require (
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
-	github.com/aws/aws-sdk-go-v2 v1.48.0 // indirect
 	github.com/aws/aws-sdk-go-v2/credentials v1.21.0 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.9 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.12 // indirect

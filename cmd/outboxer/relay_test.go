@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,10 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -485,6 +490,78 @@ func TestRelayToRabbitMQ(t *testing.T) {
 			}
 		case <-ctx.Done():
 			t.Fatalf("%d of 3 messages within the time limit\nrelay stderr:\n%s", i, p.stderr)
+		}
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("relay exit code %d\nstderr:\n%s", code, p.stderr)
+	}
+}
+
+// TestRelayToSQS: `outboxer relay` with an sqs sink on a FIFO queue of the emulator, the
+// AWS credentials taken from the environment as on a server: rows written by hand in two
+// groups arrive in order within each group, with the group key as MessageGroupId and the
+// row's headers and the relay's attributes as message attributes.
+func TestRelayToSQS(t *testing.T) {
+	endpoint := dbtest.SQSEmulator(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion("us-east-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := sqs.NewFromConfig(awsCfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	created, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("orders.fifo"),
+		Attributes: map[string]string{"FifoQueue": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := aws.ToString(created.QueueUrl)
+
+	db := dbtest.Postgres(t)
+	dsn := cliDSN(t, db)
+	mustRun(t, "migrate", "up", "--dsn", dsn)
+	cfg := relayConfigFile(t, dsn, false, fmt.Sprintf("      type: sqs\n      queue_url: %s\n      region: us-east-1\n      endpoint: %s", queue, endpoint))
+	p := startRelay(t, "--config", cfg)
+	const perGroup = 5
+	for i := range perGroup {
+		for _, g := range []string{"order:1", "order:2"} {
+			if _, err := db.ExecContext(ctx, handInsert[core.Postgres], g, fmt.Sprintf(`{"n":%d}`, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := map[string][]string{} // MessageGroupId → bodies in arrival order
+	for n := 0; n < 2*perGroup; {
+		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &queue, MaxNumberOfMessages: 10,
+			WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameMessageGroupId}})
+		if err != nil {
+			t.Fatalf("ReceiveMessage after %d of %d messages: %v\nrelay stderr:\n%s", n, 2*perGroup, err, p.stderr)
+		}
+		for _, m := range out.Messages {
+			group := m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]
+			attr := func(name string) string { return aws.ToString(m.MessageAttributes[name].StringValue) }
+			if attr("outboxer-group-key") != group || attr("outboxer-type") != "order.created" ||
+				attr("outboxer-outbox") != "orders" || attr("source") != "php" {
+				t.Errorf("message in group %q: attributes %v", group, m.MessageAttributes)
+			}
+			got[group] = append(got[group], aws.ToString(m.Body))
+			if _, err := client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &queue, ReceiptHandle: m.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+	}
+	for _, g := range []string{"order:1", "order:2"} {
+		var want []string
+		for i := range perGroup {
+			want = append(want, fmt.Sprintf(`{"n":%d}`, i))
+		}
+		if !slices.Equal(got[g], want) {
+			t.Errorf("group %s received %q, want %q", g, got[g], want)
 		}
 	}
 	if code := p.stop(t); code != 0 {

@@ -11,8 +11,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,23 +22,22 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"go.uber.org/goleak"
 
+	"github.com/outboxer-go/outboxer/dbtest"
 	outboxsqs "github.com/outboxer-go/outboxer/sinks/sqs"
 	"github.com/outboxer-go/outboxer/sinktest"
 )
 
-// endpoint is the emulator's address, set by TestMain; "" when it could not start.
+// endpoint is the emulator's address, set by TestMain; "" when it could not start
+// (startErr says why).
 var (
-	endpoint  string
-	skipCause string
+	endpoint string
+	startErr error
 )
 
-// TestMain starts the fauxqs SQS emulator (installed by `npm ci` at the repository root)
-// on a free loopback port, and stops it after the tests.
+// TestMain starts the SQS emulator for the tests, and stops it after them.
 func TestMain(m *testing.M) {
-	stop, err := startEmulator()
-	if err != nil {
-		skipCause = err.Error()
-	}
+	var stop func()
+	endpoint, stop, startErr = dbtest.StartSQSEmulator()
 	code := m.Run()
 	if stop != nil {
 		stop()
@@ -56,90 +53,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func startEmulator() (stop func(), err error) {
-	cli, err := findEmulator()
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command("node", cli)
-	// The emulator's command line logs every request to stdout whatever FAUXQS_LOGGER
-	// says: drop stdout, keep errors.
-	cmd.Env = append(os.Environ(), "FAUXQS_PORT="+strconv.Itoa(port), "FAUXQS_HOST=127.0.0.1", "FAUXQS_LOGGER=false")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting the SQS emulator: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop = func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			conn.Close()
-			endpoint = "http://" + addr
-			return stop, nil
-		}
-		select {
-		case err := <-exited:
-			exited <- err
-			stop()
-			return nil, fmt.Errorf("the SQS emulator exited: %v", err)
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return nil, fmt.Errorf("the SQS emulator did not listen on %s within 30s", addr)
-		}
-	}
-}
-
-// findEmulator walks up from the test's directory to the repository root looking for
-// node_modules/fauxqs.
-func findEmulator() (string, error) {
-	if _, err := exec.LookPath("node"); err != nil {
-		return "", fmt.Errorf("node is not installed: %w", err)
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		cli := filepath.Join(dir, "node_modules", "fauxqs", "dist", "cli.js")
-		if _, err := os.Stat(cli); err == nil {
-			return cli, nil
-		}
-		if _, err := os.Stat(filepath.Join(dir, ".git")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			break
-		}
-		dir = parent
-	}
-	return "", fmt.Errorf("node_modules/fauxqs not found above the test directory: run `npm ci` at the repository root")
-}
-
 func needEmulator(t testing.TB) {
 	t.Helper()
-	if endpoint != "" {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("the SQS emulator is required in CI: %s", skipCause)
-	}
-	t.Skipf("the SQS emulator is not available: %s", skipCause)
+	dbtest.NeedSQSEmulator(t, startErr)
 }
 
 // newClient returns a client for the endpoint; retries are off so that injected
