@@ -140,6 +140,14 @@ type Hooks struct {
 	// still roll back after done. Unlike the other hooks it runs on every publish, so it
 	// must be quick; unset, it costs nothing.
 	OnPublishContext func(ctx context.Context, ev PublishEvent) (headers map[string]string, done func(envs []Envelope, err error))
+
+	// OnBatchContext, when set, is called as each batch is handed to its relay, after
+	// OnBatchStart, with the worker's context and the batch's event. The context it
+	// returns, which must derive from ctx, is the one the relay's Deliver (or DeliverTx)
+	// receives, under the delivery deadline; nil keeps ctx. A tracer uses it to make the
+	// span of the batch the parent of the relay's spans. It ends with OnBatchStop or
+	// OnBatchException.
+	OnBatchContext func(ctx context.Context, ev BatchEvent) context.Context
 }
 
 // PublishEvent: messages were written (the transaction may still roll back).

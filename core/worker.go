@@ -509,7 +509,13 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 	if w.until.Before(deadline) {
 		deadline = w.until
 	}
-	dctx, cancel := context.WithDeadline(hard, deadline)
+	bctx := hard
+	if hooks.OnBatchContext != nil {
+		if c := hooks.OnBatchContext(hard, ev); c != nil {
+			bctx = c
+		}
+	}
+	dctx, cancel := context.WithDeadline(bctx, deadline)
 	defer cancel()
 
 	var out outcome

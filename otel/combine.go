@@ -11,7 +11,8 @@ import (
 // order given. An event none of them handles stays nil in the result, so the engine
 // skips it at no cost. For OnPublishContext, the headers the hooks return are merged (a
 // later hook's value wins for a name two of them set) and their done funcs are called
-// in the reverse order.
+// in the reverse order. For OnBatchContext, each hook gets the context the one before
+// returned.
 func Combine(hooks ...core.Hooks) core.Hooks {
 	return core.Hooks{
 		OnPublish:        chain(hooks, func(h core.Hooks) func(core.PublishEvent) { return h.OnPublish }),
@@ -22,6 +23,34 @@ func Combine(hooks ...core.Hooks) core.Hooks {
 		OnDead:           chain(hooks, func(h core.Hooks) func(core.MessageEvent) { return h.OnDead }),
 		OnPrune:          chain(hooks, func(h core.Hooks) func(core.PruneEvent) { return h.OnPrune }),
 		OnPublishContext: chainContext(hooks),
+		OnBatchContext:   chainBatchContext(hooks),
+	}
+}
+
+type batchContextHook = func(context.Context, core.BatchEvent) context.Context
+
+// chainBatchContext combines the OnBatchContext hooks: each gets the context the one
+// before it returned (a nil result keeps the context it was given).
+func chainBatchContext(hooks []core.Hooks) batchContextHook {
+	var fs []batchContextHook
+	for _, h := range hooks {
+		if h.OnBatchContext != nil {
+			fs = append(fs, h.OnBatchContext)
+		}
+	}
+	switch len(fs) {
+	case 0:
+		return nil
+	case 1:
+		return fs[0]
+	}
+	return func(ctx context.Context, ev core.BatchEvent) context.Context {
+		for _, f := range fs {
+			if c := f(ctx, ev); c != nil {
+				ctx = c
+			}
+		}
+		return ctx
 	}
 }
 

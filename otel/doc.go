@@ -74,9 +74,11 @@
 // one partition and in Drain; with several partitions delivering at once the engine's
 // message events do not say which batch they belong to, and only the counts are kept.
 //
-// The batch spans are roots: the engine's hooks carry no context, so a relay's own spans
-// are not their children (wrap the relay with Relay for that, below). WithoutSpans
-// records the metrics alone.
+// The batch span starts in the worker's context (core.Hooks.OnBatchContext), which
+// carries no trace, so it is the root of a trace of its own; the relay delivers in its
+// context, so the relay's spans are its children: the send span of a relay wrapped with
+// Relay (below), and through it a broker client's. WithoutSpans records the metrics
+// alone.
 //
 // # Tracing a message from publish to consumer
 //

@@ -148,7 +148,6 @@ func Hooks(opts ...Option) (core.Hooks, error) {
 	}
 	h := core.Hooks{
 		OnPublish:        b.publish,
-		OnBatchStart:     b.batchStart,
 		OnBatchStop:      b.batchStop,
 		OnBatchException: b.batchException,
 		OnRetry:          b.onRetry,
@@ -157,6 +156,7 @@ func Hooks(opts ...Option) (core.Hooks, error) {
 	}
 	if cfg.spans {
 		b.tracer = cfg.tracers.Tracer(ScopeName)
+		h.OnBatchContext = b.batchContext
 		if !cfg.noPublish {
 			p := &publisher{tracer: b.tracer, prop: cfg.propagatorOf()}
 			h.OnPublishContext = p.start
@@ -234,11 +234,10 @@ func (b *bridge) prune(ev core.PruneEvent) {
 		metric.WithAttributes(AttrName.String(ev.Name), AttrOutbox.String(ev.Outbox)))
 }
 
-func (b *bridge) batchStart(ev core.BatchEvent) {
-	if b.tracer == nil {
-		return
-	}
-	_, span := b.tracer.Start(context.Background(), SpanBatch,
+// batchContext starts the batch's span, in the worker's context; the relay delivers in
+// the context returned, so the relay's spans (Relay's send span) are its children.
+func (b *bridge) batchContext(ctx context.Context, ev core.BatchEvent) context.Context {
+	ctx, span := b.tracer.Start(ctx, SpanBatch,
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(append(batchAttrs(ev), AttrCount.Int(ev.Count), AttrFetched.Int(ev.Fetched))...))
 	k := batchKey{ev.Name, ev.Outbox, ev.Partition}
@@ -246,6 +245,7 @@ func (b *bridge) batchStart(ev core.BatchEvent) {
 	b.open[k] = append(b.open[k], span)
 	b.inFlight[outboxKey{ev.Name, ev.Outbox}]++
 	b.mu.Unlock()
+	return ctx
 }
 
 // end removes and returns the oldest open span of the batch's key, or nil.

@@ -188,10 +188,15 @@ func TestPublishSpanIsStoredAndLinkedByTheSendSpan(t *testing.T) {
 	if got := inner.envs[0][0].Headers["traceparent"]; got != traceparent(one) {
 		t.Errorf("inner relay got traceparent %q, want %q", got, traceparent(one))
 	}
-	// The engine's telemetry names the wrapped relay.
+	// The engine's telemetry names the wrapped relay, and its batch span is the send
+	// span's parent: one trace per batch.
 	batches := spansNamed(tel, outboxerotel.SpanBatch)
 	if len(batches) != 1 || spanAttr(batches[0], outboxerotel.AttrRelay).AsString() != "*outboxerotel_test.spanRelay" {
-		t.Errorf("batch span's relay attribute: %v", batches)
+		t.Fatalf("batch span's relay attribute: %v", batches)
+	}
+	if batch := batches[0].SpanContext(); send.Parent().SpanID() != batch.SpanID() || send.SpanContext().TraceID() != batch.TraceID() {
+		t.Errorf("send span's parent %v in trace %v, want the batch span %v in %v",
+			send.Parent().SpanID(), send.SpanContext().TraceID(), batch.SpanID(), batch.TraceID())
 	}
 }
 
@@ -450,6 +455,27 @@ func TestCombineMergesPublishContextHooks(t *testing.T) {
 	}
 	if got := strings.Join(order, ","); got != "a,b,done b,done a" {
 		t.Errorf("calls %s, want a,b,done b,done a", got)
+	}
+}
+
+func TestCombineThreadsBatchContexts(t *testing.T) {
+	type key string
+	hook := func(name string) core.Hooks {
+		return core.Hooks{OnBatchContext: func(ctx context.Context, ev core.BatchEvent) context.Context {
+			if name == "nil" {
+				return nil
+			}
+			prev, _ := ctx.Value(key("path")).(string)
+			return context.WithValue(ctx, key("path"), prev+name+":"+ev.Outbox+" ")
+		}}
+	}
+	h := outboxerotel.Combine(hook("a"), core.Hooks{}, hook("nil"), hook("b"))
+	ctx := h.OnBatchContext(context.Background(), core.BatchEvent{Outbox: "orders"})
+	if got := ctx.Value(key("path")); got != "a:orders b:orders " {
+		t.Errorf("context after the chain carries %q, want each hook's in turn", got)
+	}
+	if outboxerotel.Combine(core.Hooks{}).OnBatchContext != nil {
+		t.Error("OnBatchContext should stay nil when no hook sets it")
 	}
 }
 

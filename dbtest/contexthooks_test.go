@@ -2,6 +2,7 @@ package dbtest_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"maps"
 	"slices"
@@ -172,4 +173,78 @@ func TestPublishContextHookDoneGetsTheError(t *testing.T) {
 			t.Errorf("hook called for an empty PublishAll")
 		}
 	})
+}
+
+// ctxRelay records the context value each delivery gets, through Deliver or, with tx
+// set, DeliverTx, and whether that context has the delivery deadline.
+type ctxRelay struct {
+	values    []any
+	deadlines []bool
+	throughTx int
+}
+
+func (r *ctxRelay) Deliver(ctx context.Context, batch []core.Envelope) error {
+	r.values = append(r.values, ctx.Value(ctxKey{}))
+	_, ok := ctx.Deadline()
+	r.deadlines = append(r.deadlines, ok)
+	return nil
+}
+
+type ctxTxRelay struct{ *ctxRelay }
+
+func (r ctxTxRelay) DeliverTx(ctx context.Context, _ *sql.Tx, batch []core.Envelope) error {
+	r.throughTx++
+	return r.Deliver(ctx, batch)
+}
+
+// TestBatchContextHookReachesTheRelay: the context Hooks.OnBatchContext returns is the
+// one the relay delivers with, under the delivery deadline, through Deliver and DeliverTx;
+// the hook sees the batch's event, after OnBatchStart; a nil context keeps the worker's.
+func TestBatchContextHookReachesTheRelay(t *testing.T) {
+	for _, tx := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Deliver", true: "DeliverTx"}[tx], func(t *testing.T) {
+			db := dbtest.SQLite(t)
+			ctx := context.Background()
+			inner := &ctxRelay{}
+			var relay core.Relay = inner
+			if tx {
+				relay = ctxTxRelay{inner}
+			}
+			var order []string
+			var seen []core.BatchEvent
+			hooks := core.Hooks{
+				OnBatchStart: func(core.BatchEvent) { order = append(order, "start") },
+				OnBatchContext: func(ctx context.Context, ev core.BatchEvent) context.Context {
+					order = append(order, "context")
+					seen = append(seen, ev)
+					if len(seen) == 2 {
+						return nil
+					}
+					return context.WithValue(ctx, ctxKey{}, "batch of "+ev.Outbox)
+				},
+				OnBatchStop: func(core.BatchEvent) { order = append(order, "stop") },
+			}
+			ob := setup(t, db, core.Config{Manual: true, Hooks: hooks,
+				Outboxes: map[string]core.OutboxConfig{"orders": {Relay: relay, BatchSize: 2}}})
+			publish(t, ob, db.DB, event{Seq: 1, Group: "a"}, event{Seq: 2, Group: "a"}, event{Seq: 3, Group: "a"})
+			if res, err := ob.Drain(ctx, "orders"); err != nil || res.Delivered != 3 {
+				t.Fatalf("Drain = %+v, %v", res, err)
+			}
+			if want := []any{"batch of orders", nil}; !slices.Equal(inner.values, want) {
+				t.Errorf("the relay's contexts carried %v, want %v (the second hook call returned nil)", inner.values, want)
+			}
+			if !slices.Equal(inner.deadlines, []bool{true, true}) {
+				t.Errorf("deliveries with a deadline: %v, want both", inner.deadlines)
+			}
+			if tx && inner.throughTx != 2 {
+				t.Errorf("%d deliveries through DeliverTx, want 2", inner.throughTx)
+			}
+			if want := []string{"start", "context", "stop", "start", "context", "stop"}; !slices.Equal(order, want) {
+				t.Errorf("hook order %v, want %v", order, want)
+			}
+			if len(seen) != 2 || seen[0].Outbox != "orders" || seen[0].Count != 2 || seen[1].Count != 1 {
+				t.Errorf("events seen by the hook: %+v", seen)
+			}
+		})
+	}
 }
