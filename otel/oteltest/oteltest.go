@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxer-go/outboxer/core"
+	outboxerotel "github.com/outboxer-go/outboxer/otel"
 )
 
 // PublishInSpans publishes three messages into outbox as two requests of an application
@@ -55,7 +56,8 @@ func PublishInSpans(t testing.TB, ctx context.Context, tp trace.TracerProvider, 
 // context of the application span that published it), that the consumer's span in
 // processed (ID → the span the consumer started from the context it extracted) is in the
 // publisher's trace, a child of the "create <outbox>" span that is itself the application
-// span's child, and that a "send <outbox>" span links to that create span. ended is what
+// span's child, and that a "send <outbox>" span links to that create span (and, when the
+// instance had outboxerotel's hooks, is the child of a batch span). ended is what
 // the test's span recorder (go.opentelemetry.io/otel/sdk/trace/tracetest) ended.
 func CheckTrace(t testing.TB, ended []sdktrace.ReadOnlySpan, outbox string, published, processed map[int64]trace.SpanContext) {
 	t.Helper()
@@ -69,6 +71,14 @@ func CheckTrace(t testing.TB, ended []sdktrace.ReadOnlySpan, outbox string, publ
 	}
 	if len(sends) == 0 {
 		t.Fatalf("no %q span", "send "+outbox)
+	}
+	// With outboxerotel's hooks on the instance, each delivery runs in its batch's span.
+	if hasBatchSpans(ended) {
+		for _, s := range sends {
+			if p, ok := byID[s.Parent().SpanID()]; !ok || p.Name() != outboxerotel.SpanBatch {
+				t.Errorf("send span %v: parent %v is not an %s span", s.SpanContext().SpanID(), s.Parent().SpanID(), outboxerotel.SpanBatch)
+			}
+		}
 	}
 	for id, app := range published {
 		got, ok := processed[id]
@@ -99,4 +109,13 @@ func CheckTrace(t testing.TB, ended []sdktrace.ReadOnlySpan, outbox string, publ
 			t.Errorf("message %d: no send span links to its create span %v", id, create.SpanContext().SpanID())
 		}
 	}
+}
+
+func hasBatchSpans(ended []sdktrace.ReadOnlySpan) bool {
+	for _, s := range ended {
+		if s.Name() == outboxerotel.SpanBatch {
+			return true
+		}
+	}
+	return false
 }
