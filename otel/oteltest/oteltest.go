@@ -1,21 +1,70 @@
 // Package oteltest checks that a relay carries a publisher's trace to its consumers, for
-// tests of relays and sinks: publish inside application spans with outboxerotel's hooks,
-// deliver through outboxerotel.Relay, consume, start a span from the context extracted from
-// what arrived, and hand the ended spans to CheckTrace.
+// tests of relays and sinks: set up a traced instance (NewTraced), publish inside
+// application spans (PublishInSpans), deliver, consume, process what arrived in a span
+// continuing its trace (Process), and hand the ended spans to CheckTrace.
 package oteltest
 
 import (
 	"context"
 	"database/sql"
+	"log/slog"
 	"strconv"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxer-go/outboxer/core"
 	outboxerotel "github.com/outboxer-go/outboxer/otel"
 )
+
+// Traced is a tracer provider that records every span it ends, and an outbox instance
+// traced on it.
+type Traced struct {
+	TP    *sdktrace.TracerProvider
+	Spans *tracetest.SpanRecorder
+	Ob    *core.Outboxer
+}
+
+// NewTraced returns a tracer provider that samples and records every span (shut down
+// when t ends), and an instance in manual mode on db, its table migrated, with
+// outboxerotel's hooks and, as the relay of outbox, relay wrapped with
+// outboxerotel.Relay, both on that provider.
+func NewTraced(t testing.TB, db *sql.DB, outbox string, relay core.Relay) *Traced {
+	t.Helper()
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	traced, err := outboxerotel.Relay(relay, outboxerotel.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks, err := outboxerotel.Hooks(outboxerotel.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := core.New(core.Config{DB: db, Manual: true, Hooks: hooks, Logger: slog.New(slog.DiscardHandler),
+		Outboxes: map[string]core.OutboxConfig{outbox: {Relay: traced}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return &Traced{TP: tp, Spans: spans, Ob: ob}
+}
+
+// Process is a consumer processing one message: it starts and ends a CONSUMER span of
+// tp's tracer "billing" in the trace context extracted from the message's headers (W3C
+// trace context), and returns the span's context, as CheckTrace takes it.
+func Process(ctx context.Context, tp trace.TracerProvider, headers map[string]string) trace.SpanContext {
+	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(headers))
+	_, span := tp.Tracer("billing").Start(ctx, "process", trace.WithSpanKind(trace.SpanKindConsumer))
+	span.End()
+	return span.SpanContext()
+}
 
 // PublishInSpans publishes three messages into outbox as two requests of an application
 // would: each request in a span of tp's tracer "shop", publishing one and two messages of

@@ -2,20 +2,14 @@ package kafka_test
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest"
-	outboxerotel "github.com/outboxer-go/outboxer/otel"
 	"github.com/outboxer-go/outboxer/otel/oteltest"
 	"github.com/outboxer-go/outboxer/sinks/kafka"
 )
@@ -26,32 +20,13 @@ import (
 func TestTraceContinuesToTheConsumer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	spans := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-
 	c := newCluster(t, "orders")
-	relay, err := outboxerotel.Relay(newRelay(t, kafka.Config{Brokers: c.ListenAddrs(), Topic: "orders"}), outboxerotel.WithTracerProvider(tp))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hooks, err := outboxerotel.Hooks(outboxerotel.WithTracerProvider(tp))
-	if err != nil {
-		t.Fatal(err)
-	}
 	db := dbtest.Postgres(t)
-	ob, err := core.New(core.Config{DB: db.DB, Manual: true, Hooks: hooks, Logger: slog.New(slog.DiscardHandler),
-		Outboxes: map[string]core.OutboxConfig{"orders": {Relay: relay}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ob.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	tr := oteltest.NewTraced(t, db.DB, "orders", newRelay(t, kafka.Config{Brokers: c.ListenAddrs(), Topic: "orders"}))
 
 	// Two requests of the application, each publishing in its own span.
-	published := oteltest.PublishInSpans(t, ctx, tp, ob, db.DB, "orders")
-	if res, err := ob.Drain(ctx, "orders"); err != nil || res.Delivered != 3 {
+	published := oteltest.PublishInSpans(t, ctx, tr.TP, tr.Ob, db.DB, "orders")
+	if res, err := tr.Ob.Drain(ctx, "orders"); err != nil || res.Delivered != 3 {
 		t.Fatalf("Drain = %+v, %v; want 3 delivered", res, err)
 	}
 
@@ -62,7 +37,6 @@ func TestTraceContinuesToTheConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	consumer := tp.Tracer("billing")
 	processed := map[int64]trace.SpanContext{} // message ID → the consumer's span
 	for len(processed) < 3 && ctx.Err() == nil {
 		cl.PollFetches(ctx).EachRecord(func(rec *kgo.Record) {
@@ -75,14 +49,11 @@ func TestTraceContinuesToTheConsumer(t *testing.T) {
 				t.Errorf("record without %s: %v", kafka.HeaderID, err)
 				return
 			}
-			rctx := propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(h))
-			_, span := consumer.Start(rctx, "process orders", trace.WithSpanKind(trace.SpanKindConsumer))
-			span.End()
-			processed[id] = span.SpanContext()
+			processed[id] = oteltest.Process(ctx, tr.TP, h)
 		})
 	}
 	if len(processed) != 3 {
 		t.Fatalf("consumed %d messages, want 3: %v", len(processed), ctx.Err())
 	}
-	oteltest.CheckTrace(t, spans.Ended(), "orders", published, processed)
+	oteltest.CheckTrace(t, tr.Spans.Ended(), "orders", published, processed)
 }

@@ -2,19 +2,13 @@ package watermillsink_test
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest"
-	outboxerotel "github.com/outboxer-go/outboxer/otel"
 	"github.com/outboxer-go/outboxer/otel/oteltest"
 	watermillsink "github.com/outboxer-go/outboxer/sinks/watermill"
 )
@@ -25,42 +19,22 @@ import (
 func TestTraceContinuesToTheSubscriber(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	spans := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-
 	q := newRabbitQueue(t)
 	sink, err := watermillsink.New(q.pub, watermillsink.Options{Topic: q.name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay, err := outboxerotel.Relay(sink, outboxerotel.WithTracerProvider(tp))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hooks, err := outboxerotel.Hooks(outboxerotel.WithTracerProvider(tp))
-	if err != nil {
-		t.Fatal(err)
-	}
 	db := dbtest.Postgres(t)
-	ob, err := core.New(core.Config{DB: db.DB, Manual: true, Hooks: hooks, Logger: slog.New(slog.DiscardHandler),
-		Outboxes: map[string]core.OutboxConfig{"orders": {Relay: relay}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ob.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	tr := oteltest.NewTraced(t, db.DB, "orders", sink)
 
 	// Two requests of the application, each publishing in its own span.
-	published := oteltest.PublishInSpans(t, ctx, tp, ob, db.DB, "orders")
+	published := oteltest.PublishInSpans(t, ctx, tr.TP, tr.Ob, db.DB, "orders")
 	received := q.consume(t, 3, 30*time.Second)
-	if res, err := ob.Drain(ctx, "orders"); err != nil || res.Delivered != 3 {
+	if res, err := tr.Ob.Drain(ctx, "orders"); err != nil || res.Delivered != 3 {
 		t.Fatalf("Drain = %+v, %v; want 3 delivered", res, err)
 	}
 
 	// The subscriber processes each message in a span continuing its trace.
-	consumer := tp.Tracer("billing")
 	processed := map[int64]trace.SpanContext{} // message ID → the consumer's span
 	msgs := <-received
 	for _, msg := range msgs {
@@ -68,13 +42,10 @@ func TestTraceContinuesToTheSubscriber(t *testing.T) {
 		if err != nil {
 			t.Fatalf("message without %s: %v", watermillsink.MetadataID, err)
 		}
-		mctx := propagation.TraceContext{}.Extract(msg.Context(), propagation.MapCarrier(msg.Metadata))
-		_, span := consumer.Start(mctx, "process orders", trace.WithSpanKind(trace.SpanKindConsumer))
-		span.End()
-		processed[id] = span.SpanContext()
+		processed[id] = oteltest.Process(msg.Context(), tr.TP, msg.Metadata)
 	}
 	if len(processed) != 3 {
 		t.Fatalf("consumed %d messages, want 3", len(processed))
 	}
-	oteltest.CheckTrace(t, spans.Ended(), "orders", published, processed)
+	oteltest.CheckTrace(t, tr.Spans.Ended(), "orders", published, processed)
 }
