@@ -527,20 +527,19 @@ func ExampleRelay() {
 	if _, err := ob.Drain(ctx, "orders"); err != nil {
 		panic(err)
 	}
-	var create trace.SpanContext
+	ended := map[string]sdktrace.ReadOnlySpan{}
 	for _, s := range spans.Ended() {
-		switch s.Name() {
-		case "create orders":
-			create = s.SpanContext()
-			fmt.Println("create orders: child of place order:", s.Parent().SpanID() == span.SpanContext().SpanID())
-		case "send orders":
-			fmt.Println("send orders: links to create orders:", len(s.Links()) == 1 && s.Links()[0].SpanContext.SpanID() == create.SpanID())
-		}
+		ended[s.Name()] = s
 	}
+	create, send, batch := ended["create orders"], ended["send orders"], ended[outboxerotel.SpanBatch]
+	fmt.Println("create orders: child of place order:", create.Parent().SpanID() == span.SpanContext().SpanID())
+	fmt.Println("send orders: links to create orders:", len(send.Links()) == 1 && send.Links()[0].SpanContext.SpanID() == create.SpanContext().SpanID())
+	fmt.Println("send orders: child of outboxer.batch:", send.Parent().SpanID() == batch.SpanContext().SpanID())
 	// Output:
 	// traceparent stored: true
 	// create orders: child of place order: true
 	// send orders: links to create orders: true
+	// send orders: child of outboxer.batch: true
 }
 
 // TestSendSpanReadsW3CAsTheStandardPropagator: the send span links, for each header a
