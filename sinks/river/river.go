@@ -281,9 +281,9 @@ func (s *sink) deliver(ctx context.Context, batch []core.Envelope, unique bool,
 
 // insertEach is the fallback after PostgreSQL refused the data of an InsertMany of
 // several jobs, which inserted none of them: it inserts the jobs again one at a time, in
-// order, so that the job the database refuses fails alone. A later job of its group is not tried (ErrEarlierFailed)
-// unless the refusal was permanent. Once ctx is done, the jobs not yet inserted fail
-// with the error, as a failed InsertMany fails them all.
+// order, so that the job the database refuses fails alone. A later job of its group is
+// not tried (ErrEarlierFailed) unless the refusal was permanent. Once ctx is done, the
+// jobs not yet inserted fail with the error, as a failed InsertMany fails them all.
 func (s *sink) insertEach(ctx context.Context, envs []*core.Envelope, params []river.InsertManyParams,
 	failed map[int64]error, blocked map[string]bool,
 	insert func(context.Context, []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)) {
