@@ -167,7 +167,6 @@ func BenchmarkPublishInterleaved(b *testing.B) {
 			}
 			med := dbtest.Interleave(b, runs...)
 			dbtest.ReportPublish(b, med)
-			b.ReportMetric(float64(med[5]-med[0])/float64(med[1]-med[0]), "plain10/plain")
 			b.ReportMetric(dbtest.Micros(med[6]-med[0]), "own-work-µs")
 		})
 	}

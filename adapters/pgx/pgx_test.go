@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -43,8 +44,9 @@ func BenchmarkPublish(b *testing.B) { adaptertest.Bench(b, adapter) }
 // BenchmarkPublishInterleaved is dbtest's benchmark of the same name through pgx itself:
 // business transactions (BEGIN; INSERT an order; …; COMMIT) on a pool, bare, with a
 // hand-written INSERT of an equivalent outbox row, with Publish, with PublishAll of ten
-// messages, and with the hand-written INSERT … RETURNING its ID, timed in turn; reported
-// are medians of what each adds to the bare transaction, and the ratios:
+// messages, with the hand-written INSERT … RETURNING its ID, and with a hand-written
+// INSERT of ten rows, timed in turn; reported are medians of what each adds to the bare
+// transaction, and the ratios:
 //
 //	go test -run '^$' -bench PublishInterleaved -benchtime 3000x ./adapters/pgx
 func BenchmarkPublishInterleaved(b *testing.B) {
@@ -63,6 +65,14 @@ func BenchmarkPublishInterleaved(b *testing.B) {
 	}
 	const plain = `INSERT INTO outboxer_messages (outbox, type, group_key, part, payload, headers) VALUES ($1, $2, $3, $4, $5, $6)`
 	args := []any{"orders", "order.placed", "order:1", 0, payload, nil}
+	plain10 := plain
+	var args10 []any
+	for i := range 10 {
+		if i > 0 {
+			plain10 += fmt.Sprintf(", ($%d, $%d, $%d, $%d, $%d, $%d)", 6*i+1, 6*i+2, 6*i+3, 6*i+4, 6*i+5, 6*i+6)
+		}
+		args10 = append(args10, args...)
+	}
 	variants := []func(pgx.Tx) error{
 		func(pgx.Tx) error { return nil },
 		func(tx pgx.Tx) error { _, err := tx.Exec(ctx, plain, args...); return err },
@@ -73,6 +83,7 @@ func BenchmarkPublishInterleaved(b *testing.B) {
 			var created time.Time
 			return tx.QueryRow(ctx, plain+` RETURNING id, created_at`, args...).Scan(&id, &created)
 		},
+		func(tx pgx.Tx) error { _, err := tx.Exec(ctx, plain10, args10...); return err },
 	}
 	id := 0
 	runs := make([]func() error, len(variants))
