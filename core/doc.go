@@ -33,8 +33,8 @@
 //
 // InTx does the same with rollback on error or panic, and wakes the relay at commit.
 // PublishAll writes many messages in one INSERT. On a handle that is not a transaction
-// the message is stored on its own, unless Config.RequireTransaction is set. Publishing
-// never waits for a broker.
+// the messages are stored at once, all or none, unless Config.RequireTransaction is set.
+// Publishing never waits for a broker.
 //
 // # How order is kept
 //

@@ -96,6 +96,11 @@ func (o *Outboxer) Publish(ctx context.Context, db Executor, msg Message, opts .
 // PublishAll writes msgs through db in one multi-row INSERT per table (a statement per
 // 1,000 messages) and returns their envelopes in the same order. The options apply to
 // every message. Nothing is written if any message is invalid.
+//
+// On a handle that is not a transaction, all the messages or none are stored: when they
+// take more than one statement, PublishAll runs them in a transaction of its own, so the
+// handle must be able to begin one (*sql.DB and *sql.Conn can; any other is refused with
+// ErrInvalidExecutor before anything is written).
 func (o *Outboxer) PublishAll(ctx context.Context, db Executor, msgs []Message, opts ...PublishOption) ([]Envelope, error) {
 	if hook := o.cfg.Hooks.OnPublishContext; hook != nil && len(msgs) > 0 {
 		return o.publishContext(ctx, hook, db, msgs, opts)
@@ -137,11 +142,16 @@ func (o *Outboxer) publishAll(ctx context.Context, db Executor, msgs []Message, 
 		return nil, fmt.Errorf("%w: %T is not a transaction (RequireTransaction is set)", ErrNotInTransaction, db)
 	}
 	locks := o.lockKeys(rows)
-	if len(locks) > 0 && !tx {
-		// The lock must be held until commit: run lock and insert in a transaction of our own.
+	if !tx && (len(locks) > 0 || chunk(rows) < len(rows)) {
+		// A lock must be held until commit, and several statements must commit together:
+		// run them in a transaction of our own.
 		b, ok := db.(txBeginner)
 		if !ok {
-			return nil, fmt.Errorf("%w: SerializeWrites needs a transaction or a handle that can begin one, got %T", ErrInvalidExecutor, db)
+			if len(locks) > 0 {
+				return nil, fmt.Errorf("%w: SerializeWrites needs a transaction or a handle that can begin one, got %T", ErrInvalidExecutor, db)
+			}
+			return nil, fmt.Errorf("%w: these %d messages take more than one statement, atomic only in a transaction; %T is none and cannot begin one",
+				ErrInvalidExecutor, len(rows), db)
 		}
 		own, err := b.BeginTx(ctx, nil)
 		if err != nil {
@@ -311,7 +321,7 @@ func (o *Outboxer) lockKeys(rows []row) []int64 {
 	return slices.Compact(keys)
 }
 
-// write takes the locks and inserts the rows, table by table, chunk by chunk.
+// write takes the locks and inserts the rows, one statement per chunk.
 func (o *Outboxer) write(ctx context.Context, db Executor, rows []row, locks []int64) error {
 	if len(locks) > 0 {
 		// Any table's lock statement serialises: PostgreSQL's advisory locks are database-wide,
@@ -323,19 +333,24 @@ func (o *Outboxer) write(ctx context.Context, db Executor, rows []row, locks []i
 			}
 		}
 	}
-	start := 0
-	for start < len(rows) {
-		// A run of rows of the same table, at most insertChunk long.
-		end := start + 1
-		for end < len(rows) && end-start < insertChunk && rows[end].ob.sql == rows[start].ob.sql {
-			end++
-		}
-		if err := o.insert(ctx, db, rows[start:end]); err != nil {
+	for len(rows) > 0 {
+		n := chunk(rows)
+		if err := o.insert(ctx, db, rows[:n]); err != nil {
 			return err
 		}
-		start = end
+		rows = rows[n:]
 	}
 	return nil
+}
+
+// chunk is the length of the first statement's rows: a run of rows of the same table, at
+// most insertChunk long.
+func chunk(rows []row) int {
+	n := 1
+	for n < len(rows) && n < insertChunk && rows[n].ob.sql == rows[0].ob.sql {
+		n++
+	}
+	return n
 }
 
 func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {

@@ -157,6 +157,63 @@ func TestPublishAllIsOneStatementInOrder(t *testing.T) {
 	})
 }
 
+// PublishAll outside a transaction is atomic on its own even when it takes more than one
+// statement (several tables here; more than 1,000 messages likewise): when the second
+// INSERT fails, the first is not kept. A handle that can neither be a transaction nor
+// begin one is refused before anything is written.
+func TestPublishAllOutsideATransactionIsAtomic(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := context.Background()
+		ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{
+			"orders":   {Relay: &recorder{}},
+			"invoices": {Relay: &recorder{}, Table: "invoice_outbox"},
+		}})
+		both := []core.Message{event{Seq: 1}, event{Seq: 2, Box: "invoices"}}
+
+		// A handle without BeginTx: two statements would not be atomic, so nothing runs.
+		_, err := ob.PublishAll(ctx, execOnly{db.DB}, both)
+		if !errors.Is(err, core.ErrInvalidExecutor) {
+			t.Fatalf("PublishAll over two tables on a handle that cannot begin a transaction: %v, want ErrInvalidExecutor", err)
+		}
+		// One statement needs no transaction.
+		if _, err := ob.PublishAll(ctx, execOnly{db.DB}, both[:1]); err != nil {
+			t.Fatalf("PublishAll of one message on a handle that cannot begin a transaction: %v", err)
+		}
+		if c := counts(t, ob, "orders"); c.Pending != 1 {
+			t.Fatalf("orders pending %d, want 1", c.Pending)
+		}
+
+		// Both tables there: both written.
+		if _, err := ob.PublishAll(ctx, db.DB, both); err != nil {
+			t.Fatalf("PublishAll over two tables: %v", err)
+		}
+		if o, i := counts(t, ob, "orders"), counts(t, ob, "invoices"); o.Pending != 2 || i.Pending != 1 {
+			t.Fatalf("pending orders %d, invoices %d; want 2 and 1", o.Pending, i.Pending)
+		}
+		// The second table gone: the second INSERT fails, and the first is not kept.
+		if _, err := db.ExecContext(ctx, `DROP TABLE invoice_outbox`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ob.PublishAll(ctx, db.DB, both); err == nil {
+			t.Fatal("PublishAll into a dropped table succeeded")
+		}
+		if c := counts(t, ob, "orders"); c.Pending != 2 {
+			t.Errorf("orders pending %d after a PublishAll that failed, want 2: its first statement was kept", c.Pending)
+		}
+	})
+}
+
+// execOnly is a handle that runs statements and reads rows but cannot begin a transaction.
+type execOnly struct{ db *sql.DB }
+
+func (e execOnly) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return e.db.ExecContext(ctx, q, args...)
+}
+
+func (e execOnly) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return e.db.QueryContext(ctx, q, args...)
+}
+
 type ownHeaders struct{ event }
 
 func TestPublishOptions(t *testing.T) {

@@ -38,6 +38,8 @@ type ORM interface {
 	Begin(ctx context.Context, ob *core.Outboxer) (OpenTx, error)
 	// Publish publishes through the ORM's handle that is not a transaction (the pool).
 	Publish(ctx context.Context, ob *core.Outboxer, msg core.Message, opts ...core.PublishOption) (core.Envelope, error)
+	// PublishAll publishes through the same handle.
+	PublishAll(ctx context.Context, ob *core.Outboxer, msgs []core.Message, opts ...core.PublishOption) ([]core.Envelope, error)
 }
 
 // Tx is an ORM transaction (or savepoint) as the suite uses it.
@@ -228,6 +230,7 @@ func Run(t *testing.T, a Adapter) {
 		{"OptionsRoundTrip", testOptions},
 		{"RequireTransaction", testRequireTx},
 		{"NoTransactionStoresAtOnce", testNoTx},
+		{"NoTransactionPublishAllIsAtomic", testNoTxAll},
 		{"SavepointRollback", testSavepoint},
 		{"CommitWakesRelay", testWake},
 	}
@@ -485,6 +488,46 @@ func testNoTx(t *testing.T, ctx context.Context, a Adapter, db *dbtest.DB) {
 	}
 	if n != 1 {
 		t.Fatalf("message %d seen %d times from another connection, want 1", env.ID, n)
+	}
+}
+
+// testNoTxAll: PublishAll outside a transaction stores all or nothing, also when it takes
+// two statements (1,001 messages) and the database refuses a row of the second.
+func testNoTxAll(t *testing.T, ctx context.Context, a Adapter, db *dbtest.DB) {
+	e := Setup(t, db, nil)
+	orm := a.Open(t, db)
+	refuse := `ALTER TABLE outboxer_messages ADD CONSTRAINT no_poison CHECK (type <> 'poison')`
+	if db.Dialect == core.SQLite {
+		refuse = `CREATE TRIGGER no_poison BEFORE INSERT ON outboxer_messages WHEN NEW.type = 'poison' BEGIN SELECT RAISE(ABORT, 'poison'); END`
+	}
+	if _, err := db.ExecContext(ctx, refuse); err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]core.Message, 1001)
+	for i := range msgs {
+		msgs[i] = Event{OrderID: int64(i + 1)}
+	}
+	msgs[1000] = core.Raw{To: "orders", Type: "poison", Data: []byte(`{}`)}
+	if _, err := orm.PublishAll(ctx, e.Ob, msgs); err == nil {
+		t.Fatal("PublishAll with a row the database refuses succeeded")
+	}
+	pending := func() int64 {
+		c, err := e.Ob.Counts(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Pending
+	}
+	if n := pending(); n != 0 {
+		t.Fatalf("%d messages stored by a PublishAll that failed, want none", n)
+	}
+	msgs[1000] = Event{OrderID: 1001}
+	envs, err := orm.PublishAll(ctx, e.Ob, msgs)
+	if err != nil {
+		t.Fatalf("PublishAll of 1,001 messages outside a transaction: %v", err)
+	}
+	if n := pending(); n != 1001 || len(envs) != 1001 || envs[1000].ID <= envs[0].ID {
+		t.Fatalf("%d messages stored and %d envelopes returned, want the 1,001 published in order", n, len(envs))
 	}
 }
 

@@ -87,6 +87,10 @@ func (o orm) Publish(ctx context.Context, ob *core.Outboxer, m core.Message, opt
 	return bunoutbox.Publish(ctx, ob, o.db, m, opts...)
 }
 
+func (o orm) PublishAll(ctx context.Context, ob *core.Outboxer, msgs []core.Message, opts ...core.PublishOption) ([]core.Envelope, error) {
+	return bunoutbox.PublishAll(ctx, ob, o.db, msgs, opts...)
+}
+
 type txn struct {
 	tx      bun.Tx
 	ob      *core.Outboxer

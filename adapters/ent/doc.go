@@ -44,8 +44,9 @@
 //
 // # Outside a transaction
 //
-// Publish with the *ent.Client stores the message at once, atomically on its own. An
-// instance with Config.RequireTransaction refuses it with core.ErrNotInTransaction.
+// Publish with the *ent.Client stores the message at once, atomically on its own, and
+// PublishAll all the messages or none (through the instance's DB, as the hook does). An
+// instance with Config.RequireTransaction refuses either with core.ErrNotInTransaction.
 //
 // # Nested transactions
 //

@@ -49,9 +49,15 @@ func Publish(ctx context.Context, ob *core.Outboxer, db ExecQuerier, msg core.Me
 	return ob.Publish(ctx, Executor(db), msg, opts...)
 }
 
-// PublishAll publishes msgs through db in one statement per table.
+// PublishAll publishes msgs through db in one statement per table. On a client (not a
+// transaction) several messages go through the instance's DB, in a transaction of their
+// own when they take more than one statement, so that all or none are stored.
 func PublishAll(ctx context.Context, ob *core.Outboxer, db ExecQuerier, msgs []core.Message, opts ...core.PublishOption) ([]core.Envelope, error) {
-	return ob.PublishAll(ctx, Executor(db), msgs, opts...)
+	exec := Executor(db)
+	if !exec.(executor).tx && len(msgs) > 1 {
+		exec = ob.Config().DB
+	}
+	return ob.PublishAll(ctx, exec, msgs, opts...)
 }
 
 // InTx begins a transaction with begin (client.Tx), runs fn with it and a publisher

@@ -58,6 +58,10 @@ func (o orm) Publish(ctx context.Context, ob *core.Outboxer, m core.Message, opt
 	return entoutbox.Publish(ctx, ob, o.client, m, opts...)
 }
 
+func (o orm) PublishAll(ctx context.Context, ob *core.Outboxer, msgs []core.Message, opts ...core.PublishOption) ([]core.Envelope, error) {
+	return entoutbox.PublishAll(ctx, ob, o.client, msgs, opts...)
+}
+
 type txn struct {
 	tx      *entdb.Tx
 	ob      *core.Outboxer

@@ -91,6 +91,10 @@ func (o orm) Publish(ctx context.Context, ob *core.Outboxer, m core.Message, opt
 	return gormoutbox.Publish(ctx, ob, o.db, m, opts...)
 }
 
+func (o orm) PublishAll(ctx context.Context, ob *core.Outboxer, msgs []core.Message, opts ...core.PublishOption) ([]core.Envelope, error) {
+	return gormoutbox.PublishAll(ctx, ob, o.db, msgs, opts...)
+}
+
 type txn struct {
 	db      *gorm.DB
 	ob      *core.Outboxer

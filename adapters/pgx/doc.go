@@ -27,7 +27,8 @@
 //
 // Publish with a pool or a connection stores the message at once, atomically on its own
 // (in a transaction of its own when an outbox has SerializeWrites, whose lock lasts until
-// commit). An instance with Config.RequireTransaction refuses it with
+// commit); PublishAll of several messages runs in a transaction of its own, so that all or
+// none are stored. An instance with Config.RequireTransaction refuses either with
 // core.ErrNotInTransaction.
 //
 // # Savepoints

@@ -84,8 +84,9 @@ func Publish(ctx context.Context, ob *core.Outboxer, db DB, msg core.Message, op
 // PublishAll publishes msgs through db in one statement per table.
 func PublishAll(ctx context.Context, ob *core.Outboxer, db DB, msgs []core.Message, opts ...core.PublishOption) ([]core.Envelope, error) {
 	exec := Executor(db)
-	if b, ok := db.(Beginner); ok && !exec.(executor).tx && needsOwnTx(ob) {
-		// SerializeWrites holds its lock until commit: give the publish a transaction.
+	if b, ok := db.(Beginner); ok && !exec.(executor).tx && needsOwnTx(ob, len(msgs)) {
+		// SerializeWrites holds its lock until commit, and several messages may take
+		// statements that must commit together: give the publish a transaction.
 		var envs []core.Envelope
 		err := InTx(ctx, ob, b, func(ctx context.Context, _ pgx.Tx, p *core.TxPublisher) error {
 			var err error
@@ -97,10 +98,13 @@ func PublishAll(ctx context.Context, ob *core.Outboxer, db DB, msgs []core.Messa
 	return ob.PublishAll(ctx, exec, msgs, opts...)
 }
 
-func needsOwnTx(ob *core.Outboxer) bool {
+func needsOwnTx(ob *core.Outboxer, messages int) bool {
 	cfg := ob.Config()
 	if cfg.RequireTransaction {
 		return false // the core refuses the handle
+	}
+	if messages > 1 {
+		return true
 	}
 	for _, oc := range cfg.Outboxes {
 		if oc.SerializeWrites {

@@ -190,6 +190,10 @@ func (o orm) Publish(ctx context.Context, ob *core.Outboxer, m core.Message, opt
 	return pgxoutbox.Publish(ctx, ob, o.pool, m, opts...)
 }
 
+func (o orm) PublishAll(ctx context.Context, ob *core.Outboxer, msgs []core.Message, opts ...core.PublishOption) ([]core.Envelope, error) {
+	return pgxoutbox.PublishAll(ctx, ob, o.pool, msgs, opts...)
+}
+
 type txn struct {
 	tx      pgx.Tx
 	ob      *core.Outboxer

@@ -49,6 +49,10 @@ func (o orm) Publish(ctx context.Context, ob *core.Outboxer, m core.Message, opt
 	return sqlxoutbox.Publish(ctx, ob, o.db, m, opts...)
 }
 
+func (o orm) PublishAll(ctx context.Context, ob *core.Outboxer, msgs []core.Message, opts ...core.PublishOption) ([]core.Envelope, error) {
+	return sqlxoutbox.PublishAll(ctx, ob, o.db, msgs, opts...)
+}
+
 type txn struct {
 	tx      *sqlx.Tx
 	publish func(context.Context, core.Message, ...core.PublishOption) (core.Envelope, error)
