@@ -409,41 +409,32 @@ func pgTextArray(vals []string) string {
 }
 
 // pgIntArray writes a PostgreSQL array literal of integers.
-func pgIntArray(vals []int64) string {
+func pgIntArray(vals []int64) string { return "{" + joinInts(vals) + "}" }
+
+// joinInts writes integers separated by commas.
+func joinInts(vals []int64) string {
 	var b strings.Builder
-	b.WriteByte('{')
 	for i, v := range vals {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		b.WriteString(strconv.FormatInt(v, 10))
 	}
-	b.WriteByte('}')
 	return b.String()
 }
 
-// IDList returns a condition "id IN (…)" for ids, and its arguments.
+// IDList returns a condition "id IN (…)" for ids, and its arguments. However many IDs
+// there are, it takes at most one placeholder: PostgreSQL gets an array, SQLite a JSON
+// list, and MySQL the numbers written into the statement (a prepared statement there
+// holds at most 65,535 placeholders; integers need no quoting).
 func (s *SQL) IDList(ids []int64) (string, []any) {
 	switch s.Kind {
 	case Postgres:
 		return `id = ANY(?::bigint[])`, []any{pgIntArray(ids)}
 	case SQLite:
-		var b strings.Builder
-		b.WriteByte('[')
-		for i, id := range ids {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(strconv.FormatInt(id, 10))
-		}
-		b.WriteByte(']')
-		return `id IN (SELECT value FROM json_each(?))`, []any{b.String()}
+		return `id IN (SELECT value FROM json_each(?))`, []any{"[" + joinInts(ids) + "]"}
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	return `id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`, args
+	return `id IN (` + joinInts(ids) + `)`, nil
 }
 
 // deleteByID and updateByID begin a statement that changes messages picked by ID.
