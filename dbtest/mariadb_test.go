@@ -1,0 +1,105 @@
+package dbtest_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/dbtest"
+)
+
+// With interpolateParams=true (what the README advises on MariaDB) the driver writes every
+// argument into the statement text: the engine's own statements and the values a message
+// carries must come through that escaping unchanged, and a PublishAll larger than
+// max_allowed_packet is refused whole.
+func TestMariaDBInterpolateParams(t *testing.T) {
+	base := dbtest.MariaDB(t)
+	ctx := context.Background()
+	cfg, err := mysql.ParseDSN(base.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.InterpolateParams = true
+	h, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	db := &dbtest.DB{DB: h, Dialect: core.MySQL}
+	rec := &recorder{}
+	ob := setup(t, db, core.Config{Manual: true, MaxPayloadBytes: 32 << 20,
+		Outboxes: map[string]core.OutboxConfig{"orders": {Relay: rec}}})
+
+	binary := make([]byte, 0, 300)
+	for i := range 256 {
+		binary = append(binary, byte(i))
+	}
+	binary = append(binary, []byte(`'"\\'); DROP TABLE outboxer_messages; --`)...)
+	hdr := map[string]string{"quote": `it's "x" \n`, "unicode": "grüße ✓", "back\\slash": `\`}
+	msgs := []core.Message{
+		core.Raw{To: "orders", Type: "bin", Key: `o'brien\`, Data: binary, Header: hdr},
+		core.Raw{To: "orders", Type: "text", Key: `o'brien\`, Data: []byte(`{"note":"it's \"fine\""}`)},
+	}
+	tx, err := h.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	envs, err := ob.PublishAll(ctx, tx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later, err := ob.Publish(ctx, tx, core.Raw{To: "orders", Type: "later", Key: "other", Data: []byte("x")}, core.WithDelay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := ob.ListPending(ctx, "orders", 0)
+	if err != nil || len(stored) != 3 {
+		t.Fatalf("pending %d, %v; want 3", len(stored), err)
+	}
+	for i, e := range envs {
+		s := stored[i]
+		if s.ID != e.ID || s.GroupKey != `o'brien\` || !bytes.Equal(s.Payload, e.Payload) || !maps.Equal(s.Headers, e.Headers) {
+			t.Errorf("stored %d = %+v\nwant %+v", i, s, e)
+		}
+	}
+	if !bytes.Equal(stored[0].Payload, binary) || !maps.Equal(stored[0].Headers, hdr) {
+		t.Errorf("the binary payload or the headers changed on the way: %q %v", stored[0].Payload, stored[0].Headers)
+	}
+
+	// The engine's statements (fetch, confirm, leases) through the same handle.
+	if _, err := ob.Drain(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.delivered()
+	if len(got) != 2 || got[0].ID != envs[0].ID || got[1].ID != envs[1].ID || !bytes.Equal(got[0].Payload, binary) {
+		t.Fatalf("delivered %d messages, want the two due ones in order with their bytes", len(got))
+	}
+	if n, err := ob.Discard(ctx, "orders", later.ID); err != nil || n != 1 {
+		t.Fatalf("Discard of the delayed message: %d, %v", n, err)
+	}
+
+	// A PublishAll over max_allowed_packet: refused, nothing written.
+	var packet int
+	if err := h.QueryRowContext(ctx, `SELECT @@max_allowed_packet`).Scan(&packet); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]core.Message, packet/(1<<20)+2)
+	for i := range big {
+		big[i] = core.Raw{To: "orders", Type: "big", Key: "g", Data: bytes.Repeat([]byte{'x'}, 1<<20)}
+	}
+	if _, err := ob.PublishAll(ctx, h, big); err == nil {
+		t.Fatalf("a PublishAll of %d MiB, over max_allowed_packet (%d), was written", len(big), packet)
+	}
+	if c := counts(t, ob, "orders"); c != (core.Counts{}) {
+		t.Fatalf("counts %+v after the refused PublishAll, want none", c)
+	}
+}
