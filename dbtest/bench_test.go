@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest"
 )
@@ -185,16 +183,7 @@ func BenchmarkPublishMariaDBInterpolated(b *testing.B) {
 	db := dbtest.MariaDB(b)
 	ctx := context.Background()
 	ob := setup(b, db, core.Config{PublishOnly: true, Outboxes: map[string]core.OutboxConfig{"orders": {}}})
-	cfg, err := mysql.ParseDSN(db.DSN)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.InterpolateParams = true
-	interpolated, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer interpolated.Close()
+	interpolated := db.Interpolating(b)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE shop_orders (id INTEGER PRIMARY KEY, total INTEGER NOT NULL)`); err != nil {
 		b.Fatal(err)
 	}

@@ -165,6 +165,24 @@ func MariaDB(t testing.TB) *DB {
 	return &DB{DB: db, Dialect: core.MySQL, DSN: dsn, Driver: "mysql"}
 }
 
+// Interpolating returns another handle on db, a MariaDB database, whose driver writes
+// the arguments into each statement instead of preparing it (interpolateParams=true).
+// It is closed when the test ends.
+func (db *DB) Interpolating(t testing.TB) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(db.DSN)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	cfg.InterpolateParams = true
+	h, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
 // SQLiteDSN is the DSN the project recommends for a SQLite file: WAL, a busy timeout, and
 // immediate transactions.
 func SQLiteDSN(path string) string {

@@ -3,12 +3,9 @@ package dbtest_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"maps"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest"
@@ -19,19 +16,9 @@ import (
 // carries must come through that escaping unchanged, and a PublishAll larger than
 // max_allowed_packet is refused whole.
 func TestMariaDBInterpolateParams(t *testing.T) {
-	base := dbtest.MariaDB(t)
-	ctx := context.Background()
-	cfg, err := mysql.ParseDSN(base.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.InterpolateParams = true
-	h, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
+	h := dbtest.MariaDB(t).Interpolating(t)
 	db := &dbtest.DB{DB: h, Dialect: core.MySQL}
+	ctx := context.Background()
 	rec := &recorder{}
 	ob := setup(t, db, core.Config{Manual: true, MaxPayloadBytes: 32 << 20,
 		Outboxes: map[string]core.OutboxConfig{"orders": {Relay: rec}}})
