@@ -316,7 +316,12 @@ func (p *proc) waitLine(t *testing.T, prefix string, within time.Duration) strin
 		select {
 		case l, ok := <-p.lines:
 			if !ok {
-				t.Fatalf("relay process ended before printing %q", prefix)
+				select {
+				case err := <-p.done:
+					t.Fatalf("relay process ended (%v) before printing %q", err, prefix)
+				case <-time.After(5 * time.Second):
+					t.Fatalf("relay process closed its output before printing %q", prefix)
+				}
 			}
 			if strings.HasPrefix(l, prefix) {
 				return l
