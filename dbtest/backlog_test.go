@@ -15,7 +15,8 @@ import (
 
 // Ready messages flow past a large scheduled backlog (each message in its own group) and
 // a poisoned group with a backlog of its own: the fetch reads only what can go now. The
-// bound is generous: the fetch that excluded blocked groups took 10 s and more here.
+// bound is generous: the fetch that excluded blocked groups took 12 s (PostgreSQL) to
+// 143 s (SQLite) here.
 func TestBacklogsDoNotSlowReadyMessages(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
@@ -55,8 +56,8 @@ func TestBacklogsDoNotSlowReadyMessages(t *testing.T) {
 		for i := range 100 {
 			ready = append(ready, publish(t, ob, db.DB, event{Seq: i, Group: fmt.Sprintf("now:%d", i)})...)
 		}
-		eventually(t, 5*time.Second, "the 100 ready messages delivered", func() bool {
-			return len(rec.delivered()) >= 100
+		eventually(t, 10*time.Second, "the 100 ready messages delivered and confirmed", func() bool {
+			return len(rec.delivered()) >= 100 && counts(t, ob, "orders").Pending == 7000
 		})
 		t.Logf("100 ready messages past the backlogs in %v", time.Since(start))
 		got := rec.delivered()
@@ -64,8 +65,5 @@ func TestBacklogsDoNotSlowReadyMessages(t *testing.T) {
 			t.Fatalf("delivered %d, want the 100 ready ones only", len(got))
 		}
 		checkGroupOrder(t, ready, got)
-		if c := counts(t, ob, "orders"); c.Pending != 7000 {
-			t.Errorf("pending %d, want 7000 (scheduled and poisoned)", c.Pending)
-		}
 	})
 }
