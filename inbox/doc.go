@@ -10,15 +10,13 @@
 // tool), build an Inbox with New, and for each received message either call Handle,
 // which begins the transaction, claims, runs the handler and commits, or call Claim
 // yourself as the first statement of a transaction you run. Acknowledge the message to
-// the broker only after the commit. The sinks' modules have helpers that do this for
-// their brokers: kafkasink.InboxHandler (franz-go records), sqssink.InboxHandler (SQS
-// messages), watermillsink.InboxMiddleware (a Watermill router) and riversink.InboxWorker
-// (River jobs).
+// the broker only after the commit.
 //
-// The key is the one every sink puts on the wire, core.HeaderKey ("outboxer-key"): a
-// UUID derived from the database (the sinks' Source option), the outbox table and the
-// row's ID (core.MessageKey), the same on every delivery of a row and different for any
-// other row.
+// The key to claim is core.MessageKey of the row (a UUID derived from a name of the
+// database, the outbox table and the row's ID), read from the message as
+// core.HeaderKey ("outboxer-key") by KeyFromHeaders: the same on every delivery of a
+// row and different for any other row. (The Watermill sink's message UUID is that key
+// for the empty database name.)
 //
 // # Racing consumers
 //
@@ -38,9 +36,9 @@
 // Run in a goroutine). The window is the dedup window, not a cleanup policy: a message
 // delivered again after its record was pruned runs again. Make it longer than any
 // delay after which your relay or broker can redeliver: New refuses a window shorter
-// than Config.RedeliveryBound, and the consumer helpers refuse one shorter than the
-// bounds they can compute (an SQS queue's visibility timeout × its maximum receives,
-// River's retry schedule). The relay redelivers a message only while it is pending in
+// than Config.RedeliveryBound (an SQS queue's visibility timeout × its maximum
+// receives, the sum of a River job's retry delays), and CheckRedelivery checks any
+// further bound you know. The relay redelivers a message only while it is pending in
 // the outbox (a batch whose confirmation was lost), so its bound is how long a
 // delivered row can stay pending: a lease takeover and the backoff after a failed
 // confirmation, normally seconds, but as long as the outbox's database stays

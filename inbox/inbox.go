@@ -44,7 +44,7 @@ var (
 type WindowError struct {
 	Window time.Duration // the inbox's Config.Window
 	Bound  time.Duration // the longest redelivery delay of Source
-	Source string       // what redelivers that late, e.g. "SQS visibility timeout × max receives"
+	Source string        // what redelivers that late, e.g. "SQS visibility timeout × max receives"
 }
 
 func (e *WindowError) Error() string {
@@ -72,7 +72,7 @@ type Config struct {
 	Window time.Duration
 	// RedeliveryBound is the longest delay you know of between a message's first
 	// delivery and a redelivery (the relay's and the broker's); New refuses a Window
-	// shorter than it. The consumer helpers check the bounds they can compute themselves.
+	// shorter than it.
 	RedeliveryBound time.Duration
 	// StaleCheck turns on the per-group high-water mark: Claim reports a message of a
 	// group whose Seq is not above the highest Seq already claimed in it as Stale.
@@ -218,7 +218,7 @@ func (in *Inbox) Dialect() core.Dialect { return in.cfg.Dialect }
 
 // CheckRedelivery returns a *WindowError when a message can be delivered again as late
 // as bound after its first delivery (source says by what) and the window is shorter.
-// The consumer helpers call it at construction with the bounds their broker gives.
+// Call it at start-up for every bound your broker and relay give.
 func (in *Inbox) CheckRedelivery(source string, bound time.Duration) error {
 	if bound > in.cfg.Window {
 		return &WindowError{Window: in.cfg.Window, Bound: bound, Source: source}
