@@ -6,9 +6,11 @@
 //     group's messages land in one partition and keep their order there;
 //   - the value is the payload, as stored;
 //   - the headers are the message's own headers (sorted by name), then HeaderID
-//     ("outboxer-id", the envelope ID in decimal), HeaderType ("outboxer-type") and
-//     HeaderOutbox ("outboxer-outbox"). A message header with one of these names is
-//     dropped. Consumers deduplicate on outboxer-id: delivery is at least once;
+//     ("outboxer-id", the envelope ID in decimal), HeaderType ("outboxer-type"),
+//     HeaderOutbox ("outboxer-outbox") and HeaderKey ("outboxer-key", the message key
+//     of core.MessageKey from Config.Source, Config.Table and the ID). A message header
+//     with one of these names is dropped. Delivery is at least once: consumers
+//     deduplicate on outboxer-key, with the inbox package for one;
 //   - the topic is Config.Topic, or Config.TopicFunc's choice per message.
 //
 // The relay builds its client with the idempotent producer and acks from every in-sync

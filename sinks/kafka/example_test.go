@@ -55,6 +55,6 @@ func Example() {
 	}
 	// Output:
 	// delivered: true
-	// key=order:42 value={"id":42} outboxer-id=1 outboxer-type=orders.Created outboxer-outbox=orders
-	// key=order:42 value={"id":42} trace-id=abc outboxer-id=2 outboxer-type=orders.Paid outboxer-outbox=orders
+	// key=order:42 value={"id":42} outboxer-id=1 outboxer-type=orders.Created outboxer-outbox=orders outboxer-key=8b5cdb5e-b309-52f7-aa89-d2ecb6a9dc1a
+	// key=order:42 value={"id":42} trace-id=abc outboxer-id=2 outboxer-type=orders.Paid outboxer-outbox=orders outboxer-key=3a495ad0-55d6-5e5e-b03d-725b9183c31a
 }

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,9 @@ const (
 	HeaderID     = "outboxer-id"     // the envelope's ID, in decimal
 	HeaderType   = "outboxer-type"   // the envelope's Type
 	HeaderOutbox = "outboxer-outbox" // the outbox the message was published to
+	// HeaderKey is the message key (core.MessageKey of Config.Source, Config.Table and
+	// the ID): the key consumers deduplicate on, with the inbox package for one.
+	HeaderKey = core.HeaderKey
 )
 
 // DefaultMaxRecordBytes is the default Config.MaxRecordBytes: under Kafka's default
@@ -95,6 +99,12 @@ type Config struct {
 	// failing forever. Default DefaultMaxRecordBytes; it must stay below the topic's
 	// max.message.bytes.
 	MaxRecordBytes int
+
+	// Table is the outbox table the messages come from (core.DefaultTable when empty)
+	// and Source a name of its database: both go into each record's HeaderKey. Set
+	// Table when the outbox has a table of its own and Source when several databases'
+	// outboxes reach the same consumers, so that no two rows share a key.
+	Table, Source string
 }
 
 // Relay delivers messages to Kafka. Create it with New; it is safe for concurrent use.
@@ -104,6 +114,8 @@ type Relay struct {
 	topic      func(core.Envelope) string
 	maxBytes   int
 	batchBytes int // the client's ProducerBatchMaxBytes
+	table      string
+	source     string
 
 	// mu makes deliveries take turns, so that no delivery's records are flushed half
 	// buffered by another's flush (which would split them over two record batches).
@@ -137,7 +149,7 @@ func New(cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, bad("Compression", "%v", err)
 	}
-	r := &Relay{maxBytes: cfg.MaxRecordBytes, topic: cfg.TopicFunc}
+	r := &Relay{maxBytes: cfg.MaxRecordBytes, topic: cfg.TopicFunc, table: cmp.Or(cfg.Table, core.DefaultTable), source: cfg.Source}
 	if r.maxBytes == 0 {
 		r.maxBytes = DefaultMaxRecordBytes
 	}
@@ -344,12 +356,12 @@ func (r *Relay) record(env core.Envelope) (*kgo.Record, int, error) {
 	}
 	names := make([]string, 0, len(env.Headers))
 	for k := range env.Headers {
-		if k != HeaderID && k != HeaderType && k != HeaderOutbox {
+		if k != HeaderID && k != HeaderType && k != HeaderOutbox && k != HeaderKey {
 			names = append(names, k)
 		}
 	}
 	slices.Sort(names)
-	rec.Headers = make([]kgo.RecordHeader, 0, len(names)+3)
+	rec.Headers = make([]kgo.RecordHeader, 0, len(names)+4)
 	for _, k := range names {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: []byte(env.Headers[k])})
 	}
@@ -357,6 +369,7 @@ func (r *Relay) record(env core.Envelope) (*kgo.Record, int, error) {
 		kgo.RecordHeader{Key: HeaderID, Value: strconv.AppendInt(nil, env.ID, 10)},
 		kgo.RecordHeader{Key: HeaderType, Value: []byte(env.Type)},
 		kgo.RecordHeader{Key: HeaderOutbox, Value: []byte(env.Outbox)},
+		kgo.RecordHeader{Key: HeaderKey, Value: []byte(core.MessageKey(r.source, r.table, env.ID))},
 	)
 	size := len(rec.Key) + len(rec.Value)
 	for _, h := range rec.Headers {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,9 +136,14 @@ func newReader(t testing.TB, brokers []string, topic string) *reader {
 }
 
 // decode turns a record written by the relay back into the envelope's fields.
-func decode(rec *kgo.Record) (sinktest.Received, error) {
-	m := sinktest.Received{GroupKey: string(rec.Key), Payload: rec.Value}
-	var err error
+func decode(rec *kgo.Record) (m sinktest.Received, err error) {
+	m = sinktest.Received{GroupKey: string(rec.Key), Payload: rec.Value}
+	var key string
+	defer func() {
+		if err == nil && m.ID != 0 && key != core.MessageKey("", core.DefaultTable, m.ID) {
+			err = fmt.Errorf("record %d: %s is %q, want core.MessageKey of the row", m.ID, kafka.HeaderKey, key)
+		}
+	}()
 	for _, h := range rec.Headers {
 		switch h.Key {
 		case kafka.HeaderID:
@@ -146,6 +152,8 @@ func decode(rec *kgo.Record) (sinktest.Received, error) {
 			m.Type = string(h.Value)
 		case kafka.HeaderOutbox:
 			m.Outbox = string(h.Value)
+		case kafka.HeaderKey:
+			key = string(h.Value)
 		default:
 			if m.Headers == nil {
 				m.Headers = map[string]string{}

@@ -1,0 +1,60 @@
+// Package inbox gives consumers of outbox messages an effectively-once effect: it
+// records each received message's key in the consumer's own database transaction,
+// before the handler's writes, so that the record and the writes commit or roll back
+// together, and a message delivered again (by the relay after a crash, or by the
+// broker) is reported as a Duplicate instead of running the handler a second time.
+//
+// # Using it
+//
+// Create the tables once (Migrate, or the SQL text of MigrationSQL for a migration
+// tool), build an Inbox with New, and for each received message either call Handle,
+// which begins the transaction, claims, runs the handler and commits, or call Claim
+// yourself as the first statement of a transaction you run. Acknowledge the message to
+// the broker only after the commit.
+//
+// The key to claim is core.MessageKey of the row (a UUID derived from a name of the
+// database, the outbox table and the row's ID), read from the message as
+// core.HeaderKey ("outboxer-key") by KeyFromHeaders: the same on every delivery of a
+// row and different for any other row. (The Watermill sink's message UUID is that key
+// for the empty database name.)
+//
+// # Racing consumers
+//
+// When two consumers receive the same message at once, the second's Claim waits for
+// the first's transaction: it reports Duplicate if the first committed, and claims the
+// message (the handler runs) if it rolled back. On PostgreSQL and MariaDB the wait is
+// on the one key; on SQLite, where one transaction writes at a time, the second
+// consumer's whole transaction waits for the first's (begin SQLite transactions
+// IMMEDIATE, as the project's recommended DSN does, or a second transaction that read
+// first may fail with SQLITE_BUSY instead of waiting). On PostgreSQL, use READ
+// COMMITTED (the default): at REPEATABLE READ or SERIALIZABLE the second fails with a
+// serialization error instead, which a retry of the transaction turns into Duplicate.
+//
+// # The dedup window
+//
+// Records are kept for Config.Window (default seven days) and then pruned (Prune, or
+// Run in a goroutine). The window is the dedup window, not a cleanup policy: a message
+// delivered again after its record was pruned runs again. Make it longer than any
+// delay after which your relay or broker can redeliver: New refuses a window shorter
+// than Config.RedeliveryBound (an SQS queue's visibility timeout × its maximum
+// receives, the sum of a River job's retry delays), and CheckRedelivery checks any
+// further bound you know. The relay redelivers a message only while it is pending in
+// the outbox (a batch whose confirmation was lost), so its bound is how long a
+// delivered row can stay pending: a lease takeover and the backoff after a failed
+// confirmation, normally seconds, but as long as the outbox's database stays
+// unreachable. A dead message that is retried (RetryDead) after the window runs again.
+//
+// # The stale check (optional)
+//
+// With Config.StaleCheck, Claim also keeps, per consumer and group (Message.Group; for
+// outbox messages GroupOf(outbox, group key)), the highest Seq (the outbox ID) claimed.
+// A new message whose Seq is not above it is reported as Stale: an older message of the
+// group arriving after a later one. That happens when a dead message is retried
+// (RetryDead) after the messages behind it got through, when the broker redelivers an
+// old message after later ones were processed (a Kafka consumer restarted before
+// committing its offsets, an SQS message whose visibility timeout ran out), or when
+// consumers of one group run in parallel. The message's record is written all the
+// same; the handler decides in the same transaction (skip it, process it anyway, or
+// dead-letter it). Group marks not raised within the window are pruned with the
+// records.
+package inbox
