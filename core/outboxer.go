@@ -22,6 +22,7 @@ type Outboxer struct {
 	outboxes map[string]*box
 	tables   map[string]*dialect.SQL // by table name
 	running  atomic.Bool
+	packet   atomic.Int64  // MySQL: the server's max_allowed_packet, once read
 	rr       atomic.Uint64 // spreads unordered messages over partitions
 }
 
