@@ -15,6 +15,10 @@ import (
 const (
 	packetRowOverhead       = 256
 	packetStatementOverhead = 1024
+	// packetFloor: statements up to this size are sent without reading the limit first.
+	// MariaDB's default is 16 MiB, MySQL's 64 MiB; a server set below 1 MiB is not
+	// protected for smaller batches.
+	packetFloor = 1 << 20
 )
 
 // packetLimit returns the server's max_allowed_packet, read through db the first time and
@@ -41,17 +45,21 @@ func (o *Outboxer) packetLimit(ctx context.Context, db Executor) (int, error) {
 // hold, or refuses, before anything is sent, a row that cannot fit in any statement.
 // Sizes are upper bounds: a value's bytes plus one for each byte the driver may escape.
 func (o *Outboxer) fitPackets(ctx context.Context, db Executor, rows []row) (int, error) {
-	limit, err := o.packetLimit(ctx, db)
-	if err != nil {
-		return 0, err
-	}
-	room := limit - packetStatementOverhead
 	// Twice the bytes bounds any escaping: when that fits, no byte needs a look.
 	total := 0
 	for i := range rows {
 		rows[i].size = 2*rawSize(&rows[i]) + packetRowOverhead
 		total += rows[i].size
 	}
+	if total+packetStatementOverhead <= packetFloor && o.packet.Load() == 0 {
+		// Small enough for any server in use: no round trip to learn the limit.
+		return 0, nil
+	}
+	limit, err := o.packetLimit(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	room := limit - packetStatementOverhead
 	if total <= room {
 		return room, nil
 	}

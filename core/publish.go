@@ -99,7 +99,7 @@ func (o *Outboxer) Publish(ctx context.Context, db Executor, msg Message, opts .
 // every message. Nothing is written if any message is invalid.
 //
 // On MariaDB and MySQL a statement must fit in the server's max_allowed_packet (read once
-// per instance, on the first publish): larger batches take several statements, and a
+// per instance, on the first publish of more than about 1 MiB): larger batches take several statements, and a
 // message that cannot fit in one, counting the bytes the driver may escape, is refused
 // with ErrPayloadTooLarge before anything is sent (the server would close the connection).
 //
