@@ -35,6 +35,10 @@ type restoreSink struct {
 	got   []dbtest.Delivery
 	ids   map[int64]int
 	first map[int]time.Time
+	// hold, when set, stops deliveries once holdAfter messages went out, until it is
+	// closed: the backlog is still there when the dump is taken, however slow pg_dump is.
+	hold      chan struct{}
+	holdAfter int
 }
 
 func newRestoreSink(delay time.Duration) *restoreSink {
@@ -51,7 +55,15 @@ func (s *restoreSink) Deliver(ctx context.Context, batch []core.Envelope) error 
 		s.got = append(s.got, dbtest.Delivery{ID: e.ID, GroupKey: e.GroupKey})
 		s.ids[e.ID]++
 	}
+	held := s.hold != nil && len(s.ids) >= s.holdAfter
 	s.mu.Unlock()
+	if held {
+		select {
+		case <-s.hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if s.delay > 0 && !restoreSleep(ctx, s.delay) {
 		return ctx.Err()
 	}
@@ -170,6 +182,7 @@ func TestChaosRestore(t *testing.T) {
 
 	// The old relay delivers slowly, and holds both partitions when the dump is taken.
 	oldSink := newRestoreSink(20 * time.Millisecond)
+	oldSink.hold, oldSink.holdAfter = make(chan struct{}), 40
 	old, err := core.New(core.Config{DB: db.DB, LeaseDuration: lease, Logger: quiet,
 		Outboxes: map[string]core.OutboxConfig{"orders": {Relay: oldSink, Partitions: parts, BatchSize: 10, PollInterval: 20 * time.Millisecond}}})
 	if err != nil {
@@ -180,6 +193,7 @@ func TestChaosRestore(t *testing.T) {
 	dump := filepath.Join(t.TempDir(), "outbox.dump")
 	dumpAt := time.Now()
 	restoreRun(t, "pg_dump", "--format=custom", "--schema="+db.Schema, "--file="+dump, dbtest.PostgresURL())
+	close(oldSink.hold)
 	stopOld()
 
 	// Restore into a new database, dropped after the test (after the handles on it close).
