@@ -22,7 +22,9 @@ type Outboxer struct {
 	outboxes map[string]*box
 	tables   map[string]*dialect.SQL // by table name
 	running  atomic.Bool
-	rr       atomic.Uint64 // spreads unordered messages over partitions
+	// isolation caches what strictIsolation found.
+	isolation atomic.Int32
+	rr        atomic.Uint64 // spreads unordered messages over partitions
 }
 
 // box is one configured outbox with its statements and its workers' wake-up channels.
@@ -33,6 +35,9 @@ type box struct {
 	// wake has one channel per partition, buffered 1: a send never blocks and a pending
 	// wake-up is never lost.
 	wake []chan wakeKind
+	// pauses counts the Pause and Resume calls of this instance: a worker that sees it
+	// change reads the paused flag before its next batch, busy or not.
+	pauses atomic.Uint64
 	// mu guards workers, set while Run runs, so admin calls can reach them.
 	mu      sync.Mutex
 	workers []*worker
