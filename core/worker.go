@@ -519,8 +519,9 @@ func (w *worker) confirmOnce(ctx context.Context, deliverTx func(*sql.Tx) outcom
 // that a statement which aborted the delivery's transaction cannot spoil: attempts count,
 // MaxAttempts and Permanent apply, and a failing batch does not go again at once.
 func (w *worker) deliverTx(ctx, dctx context.Context, txr TxRelay, batch []Envelope) (outcome, error) {
-	out, err := w.deliverInTx(dctx, txr, batch)
-	if errors.Is(err, ErrLeaseLost) {
+	out, called, err := w.deliverInTx(dctx, txr, batch)
+	if err != nil && !called {
+		// The relay was not called (lease lost, database away): no attempt to record.
 		return outcome{}, err
 	}
 	if err != nil {
@@ -541,26 +542,27 @@ func (w *worker) deliverTx(ctx, dctx context.Context, txr TxRelay, batch []Envel
 }
 
 // deliverInTx runs DeliverTx in a transaction fenced by the lease and commits it with
-// the delivered rows removed; it rolls back when nothing was delivered.
-func (w *worker) deliverInTx(ctx context.Context, txr TxRelay, batch []Envelope) (outcome, error) {
+// the delivered rows removed; it rolls back when nothing was delivered. called says
+// whether the relay was called.
+func (w *worker) deliverInTx(ctx context.Context, txr TxRelay, batch []Envelope) (out outcome, called bool, err error) {
 	s := w.ob.sql
 	start := time.Now()
 	tx, err := w.o.cfg.DB.BeginTx(ctx, w.o.txOptions())
 	if err != nil {
-		return outcome{}, fmt.Errorf("deliver in transaction: %w", err)
+		return outcome{}, false, fmt.Errorf("deliver in transaction: %w", err)
 	}
 	defer tx.Rollback()
 	res, err := tx.ExecContext(ctx, s.FenceLease, w.lease().Microseconds(), w.ob.name, w.part, w.token)
 	if err != nil {
-		return outcome{}, fmt.Errorf("check lease: %w", err)
+		return outcome{}, false, fmt.Errorf("check lease: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		w.lost()
-		return outcome{}, ErrLeaseLost
+		return outcome{}, false, ErrLeaseLost
 	}
-	out := w.judge(ctx, batch, w.call(func() error { return txr.DeliverTx(ctx, tx, batch) }))
+	out = w.judge(ctx, batch, w.call(func() error { return txr.DeliverTx(ctx, tx, batch) }))
 	if len(out.delivered) == 0 {
-		return out, nil
+		return out, true, nil
 	}
 	var q string
 	var args []any
@@ -570,13 +572,13 @@ func (w *worker) deliverInTx(ctx context.Context, txr TxRelay, batch []Envelope)
 		q, args = s.DeletePending(out.delivered)
 	}
 	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-		return outcome{}, fmt.Errorf("confirm delivered: %w", err)
+		return outcome{}, true, fmt.Errorf("confirm delivered: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
-		return outcome{}, fmt.Errorf("commit delivery: %w", err)
+		return outcome{}, true, fmt.Errorf("commit delivery: %w", err)
 	}
 	w.trust(start)
-	return out, nil
+	return out, true, nil
 }
 
 // step fetches one batch, hands it to the relay and confirms it. It reports how many
