@@ -24,6 +24,7 @@ type Outboxer struct {
 	running  atomic.Bool
 	// isolation caches what strictIsolation found.
 	isolation atomic.Int32
+	packet    atomic.Int64  // MySQL: the server's max_allowed_packet, once read
 	rr        atomic.Uint64 // spreads unordered messages over partitions
 }
 

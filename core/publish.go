@@ -78,6 +78,7 @@ type row struct {
 	env     *Envelope
 	headers any // JSON text or nil
 	delay   int64
+	size    int // bytes in a statement, an upper bound (MySQL only)
 }
 
 // Publish writes msg into its outbox through db and returns the stored envelope.
@@ -96,6 +97,11 @@ func (o *Outboxer) Publish(ctx context.Context, db Executor, msg Message, opts .
 // PublishAll writes msgs through db in one multi-row INSERT per table (a statement per
 // 1,000 messages) and returns their envelopes in the same order. The options apply to
 // every message. Nothing is written if any message is invalid.
+//
+// On MariaDB and MySQL a statement must fit in the server's max_allowed_packet (read once
+// per instance, on the first publish): larger batches take several statements, and a
+// message that cannot fit in one, counting the bytes the driver may escape, is refused
+// with ErrPayloadTooLarge before anything is sent (the server would close the connection).
 //
 // On a handle that is not a transaction, all the messages or none are stored: when they
 // take more than one statement, PublishAll runs them in a transaction of its own, so the
@@ -141,8 +147,15 @@ func (o *Outboxer) publishAll(ctx context.Context, db Executor, msgs []Message, 
 	if o.cfg.RequireTransaction && !tx {
 		return nil, fmt.Errorf("%w: %T is not a transaction (RequireTransaction is set)", ErrNotInTransaction, db)
 	}
+	room := 0 // bytes a statement may hold; 0: no limit
+	if o.kind == dialect.MySQL {
+		var err error
+		if room, err = o.fitPackets(ctx, db, rows); err != nil {
+			return nil, err
+		}
+	}
 	locks := o.lockKeys(rows)
-	if !tx && (len(locks) > 0 || chunk(rows) < len(rows)) {
+	if !tx && (len(locks) > 0 || chunk(rows, room) < len(rows)) {
 		// A lock must be held until commit, and several statements must commit together:
 		// run them in a transaction of our own.
 		b, ok := db.(txBeginner)
@@ -158,13 +171,13 @@ func (o *Outboxer) publishAll(ctx context.Context, db Executor, msgs []Message, 
 			return nil, fmt.Errorf("outboxer: publish: %w", err)
 		}
 		defer own.Rollback()
-		if err := o.write(ctx, own, rows, locks); err != nil {
+		if err := o.write(ctx, own, rows, locks, room); err != nil {
 			return nil, err
 		}
 		if err := own.Commit(); err != nil {
 			return nil, fmt.Errorf("outboxer: publish: commit: %w", err)
 		}
-	} else if err := o.write(ctx, db, rows, locks); err != nil {
+	} else if err := o.write(ctx, db, rows, locks, room); err != nil {
 		return nil, err
 	}
 	o.published(envs, tx)
@@ -321,8 +334,9 @@ func (o *Outboxer) lockKeys(rows []row) []int64 {
 	return slices.Compact(keys)
 }
 
-// write takes the locks and inserts the rows, one statement per chunk.
-func (o *Outboxer) write(ctx context.Context, db Executor, rows []row, locks []int64) error {
+// write takes the locks and inserts the rows, one statement per chunk of at most room
+// bytes (0: no limit).
+func (o *Outboxer) write(ctx context.Context, db Executor, rows []row, locks []int64, room int) error {
 	if len(locks) > 0 {
 		// Any table's lock statement serialises: PostgreSQL's advisory locks are database-wide,
 		// and on MySQL one lock table is enough.
@@ -334,7 +348,7 @@ func (o *Outboxer) write(ctx context.Context, db Executor, rows []row, locks []i
 		}
 	}
 	for len(rows) > 0 {
-		n := chunk(rows)
+		n := chunk(rows, room)
 		if err := o.insert(ctx, db, rows[:n]); err != nil {
 			return err
 		}
@@ -344,10 +358,15 @@ func (o *Outboxer) write(ctx context.Context, db Executor, rows []row, locks []i
 }
 
 // chunk is the length of the first statement's rows: a run of rows of the same table, at
-// most insertChunk long.
-func chunk(rows []row) int {
-	n := 1
+// most insertChunk long and, when room > 0, of at most room bytes (a row that fits alone
+// was checked by fitPackets).
+func chunk(rows []row, room int) int {
+	n, size := 1, rows[0].size
 	for n < len(rows) && n < insertChunk && rows[n].ob.sql == rows[0].ob.sql {
+		if room > 0 && size+rows[n].size > room {
+			break
+		}
+		size += rows[n].size
 		n++
 	}
 	return n

@@ -3,7 +3,10 @@ package dbtest_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"errors"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,8 +16,9 @@ import (
 
 // With interpolateParams=true (what the README advises on MariaDB) the driver writes every
 // argument into the statement text: the engine's own statements and the values a message
-// carries must come through that escaping unchanged, and a PublishAll larger than
-// max_allowed_packet is refused whole.
+// carries must come through that escaping unchanged, a PublishAll larger than
+// max_allowed_packet is written in statements that fit, and a message that cannot fit is
+// refused before it is sent, so no pooled connection is closed by the server.
 func TestMariaDBInterpolateParams(t *testing.T) {
 	h := dbtest.MariaDB(t).Interpolating(t)
 	db := &dbtest.DB{DB: h, Dialect: core.MySQL}
@@ -74,7 +78,8 @@ func TestMariaDBInterpolateParams(t *testing.T) {
 		t.Fatalf("Discard of the delayed message: %d, %v", n, err)
 	}
 
-	// A PublishAll over max_allowed_packet: refused, nothing written.
+	// A PublishAll over max_allowed_packet goes in several statements, all or none: every
+	// message is stored, and no connection of the pool is closed by the server.
 	var packet int
 	if err := h.QueryRowContext(ctx, `SELECT @@max_allowed_packet`).Scan(&packet); err != nil {
 		t.Fatal(err)
@@ -83,10 +88,33 @@ func TestMariaDBInterpolateParams(t *testing.T) {
 	for i := range big {
 		big[i] = core.Raw{To: "orders", Type: "big", Key: "g", Data: bytes.Repeat([]byte{'x'}, 1<<20)}
 	}
-	if _, err := ob.PublishAll(ctx, h, big); err == nil {
-		t.Fatalf("a PublishAll of %d MiB, over max_allowed_packet (%d), was written", len(big), packet)
+	if _, err := ob.PublishAll(ctx, h, big); err != nil {
+		t.Fatalf("a PublishAll of %d MiB, over max_allowed_packet (%d): %v", len(big), packet, err)
 	}
-	if c := counts(t, ob, "orders"); c != (core.Counts{}) {
-		t.Fatalf("counts %+v after the refused PublishAll, want none", c)
+	if c := counts(t, ob, "orders"); c.Pending != int64(len(big)) {
+		t.Fatalf("counts %+v after the PublishAll, want %d pending", c, len(big))
+	}
+	// One message whose statement cannot fit: refused before it is sent.
+	huge := core.Raw{To: "orders", Type: "huge", Key: "g", Data: bytes.Repeat([]byte{'\''}, packet/2+1)}
+	if _, err := ob.Publish(ctx, h, huge); !errors.Is(err, core.ErrPayloadTooLarge) || !strings.Contains(err.Error(), "max_allowed_packet") {
+		t.Fatalf("a message over max_allowed_packet once escaped: %v, want ErrPayloadTooLarge naming max_allowed_packet", err)
+	}
+	// Every connection the pool holds still works.
+	conns := make([]*sql.Conn, 0, 4)
+	for range 4 {
+		c, err := h.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for i, c := range conns {
+		if err := c.PingContext(ctx); err != nil {
+			t.Errorf("pooled connection %d after the publishes: %v", i, err)
+		}
+		c.Close()
+	}
+	if c := counts(t, ob, "orders"); c.Pending != int64(len(big)) {
+		t.Fatalf("counts %+v after the refused Publish, want %d pending", c, len(big))
 	}
 }
