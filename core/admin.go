@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -93,7 +94,15 @@ func scanEnvelope(scan func(...any) error) (Envelope, error) {
 		return Envelope{}, err
 	}
 	if err := finishEnvelope(&e, headers, lastError); err != nil {
-		return Envelope{}, err
+		// Headers the engine cannot read (written by another program) do not hide the
+		// message from the operator: it is listed without them, the reason in LastError.
+		var he *headersError
+		if !errors.As(err, &he) {
+			return Envelope{}, err
+		}
+		if e.LastError == "" {
+			e.LastError = he.Error()
+		}
 	}
 	e.State = State(state)
 	e.CreatedAt, e.AvailableAt = created.Time, available.Time
@@ -102,19 +111,34 @@ func scanEnvelope(scan func(...any) error) (Envelope, error) {
 
 // finishEnvelope fills in what the nullable columns say.
 func finishEnvelope(e *Envelope, headers, lastError *string) error {
-	if headers != nil && *headers != "" {
-		if err := json.Unmarshal([]byte(*headers), &e.Headers); err != nil {
-			return fmt.Errorf("message %d: headers: %w", e.ID, err)
-		}
-	}
 	if lastError != nil {
 		e.LastError = *lastError
 	}
 	if e.Payload == nil {
 		e.Payload = []byte{}
 	}
+	if headers != nil && *headers != "" {
+		var h map[string]string
+		if err := json.Unmarshal([]byte(*headers), &h); err != nil {
+			return &headersError{id: e.ID, err: err}
+		}
+		e.Headers = h
+	}
 	return nil
 }
+
+// headersError says the headers column of a message is not a JSON object of strings
+// (another program wrote it). The rest of the envelope is read.
+type headersError struct {
+	id  int64
+	err error
+}
+
+func (e *headersError) Error() string {
+	return fmt.Sprintf("message %d: unreadable headers (not a JSON object of strings): %v", e.id, e.err)
+}
+
+func (e *headersError) Unwrap() error { return e.err }
 
 // Discard permanently deletes messages of an outbox by ID, whatever their state, and
 // returns how many it deleted. It is how a poison message that blocks its group (with
@@ -160,8 +184,8 @@ func (o *Outboxer) RetryDead(ctx context.Context, outbox string, ids ...int64) (
 }
 
 // Pause stops the delivery of an outbox on every node sharing its table, until Resume.
-// Workers notice within a quarter of Config.LeaseDuration (at once on this instance);
-// a batch in flight finishes. Publishing goes on.
+// Workers notice within a quarter of Config.LeaseDuration; on this instance at once: a
+// batch in flight finishes and no other starts. Publishing goes on.
 func (o *Outboxer) Pause(ctx context.Context, outbox string) error {
 	return o.setPaused(ctx, outbox, true)
 }
@@ -186,6 +210,7 @@ func (o *Outboxer) setPaused(ctx context.Context, outbox string, paused bool) er
 	if _, err := o.cfg.DB.ExecContext(ctx, q, outbox); err != nil {
 		return fmt.Errorf("outboxer: pause %q: %w", outbox, err)
 	}
+	ob.pauses.Add(1)
 	ob.signalAll(wakeRecheck)
 	return nil
 }

@@ -261,7 +261,8 @@ type OutboxConfig struct {
 	Partitions int
 	// BatchSize: most messages fetched and handed to the relay at once. Default 100.
 	BatchSize int
-	// PollInterval an idle worker waits before looking again. Default 1 s.
+	// PollInterval an idle worker waits before looking again. Default 1 s. It may be longer
+	// than Config.LeaseDuration: an idle worker renews its lease while it waits.
 	PollInterval time.Duration
 	// MaxAttempts before a message is dead. 0 (the default) retries forever, which keeps
 	// order and blocks the group until the message is delivered or discarded.

@@ -22,8 +22,10 @@ type Outboxer struct {
 	outboxes map[string]*box
 	tables   map[string]*dialect.SQL // by table name
 	running  atomic.Bool
-	packet   atomic.Int64  // MySQL: the server's max_allowed_packet, once read
-	rr       atomic.Uint64 // spreads unordered messages over partitions
+	// isolation caches what strictIsolation found.
+	isolation atomic.Int32
+	packet    atomic.Int64  // MySQL: the server's max_allowed_packet, once read
+	rr        atomic.Uint64 // spreads unordered messages over partitions
 }
 
 // box is one configured outbox with its statements and its workers' wake-up channels.
@@ -34,6 +36,9 @@ type box struct {
 	// wake has one channel per partition, buffered 1: a send never blocks and a pending
 	// wake-up is never lost.
 	wake []chan wakeKind
+	// pauses counts the Pause and Resume calls of this instance: a worker that sees it
+	// change reads the paused flag before its next batch, busy or not.
+	pauses atomic.Uint64
 	// mu guards workers, set while Run runs, so admin calls can reach them.
 	mu      sync.Mutex
 	workers []*worker

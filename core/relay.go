@@ -59,6 +59,8 @@ type Closer interface {
 
 // PartialFailure is the error a Relay returns when some messages of a batch were
 // delivered and others were not. Failed maps the ID of each undelivered message to why.
+// A nil *PartialFailure (returned as a non-nil error) names nothing: the batch counts as
+// delivered.
 // Every message of the batch not named in Failed counts as delivered, except that a
 // message after a failed one of the same group (in OrderTotal, after any failed one) is
 // never counted delivered: it stays pending and goes again, in order, in a later batch.
@@ -68,6 +70,9 @@ type PartialFailure struct {
 
 // Error lists the failed IDs.
 func (e *PartialFailure) Error() string {
+	if e == nil {
+		return "outboxer: 0 message(s) not delivered"
+	}
 	ids := slices.Sorted(maps.Keys(e.Failed))
 	var b strings.Builder
 	fmt.Fprintf(&b, "outboxer: %d message(s) not delivered:", len(ids))
@@ -83,6 +88,9 @@ func (e *PartialFailure) Error() string {
 
 // Unwrap returns the individual errors, so errors.Is and errors.As see them.
 func (e *PartialFailure) Unwrap() []error {
+	if e == nil {
+		return nil
+	}
 	errs := make([]error, 0, len(e.Failed))
 	for _, id := range slices.Sorted(maps.Keys(e.Failed)) {
 		errs = append(errs, e.Failed[id])

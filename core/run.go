@@ -16,7 +16,9 @@ import (
 // otherwise), creates missing lease rows and starts the relays that are Starters. A
 // PublishOnly or Manual instance starts nothing: Run then just waits for ctx.
 //
-// Run may be called once per instance; it returns ErrAlreadyRunning after that.
+// Run may be called once per instance; it returns ErrAlreadyRunning after that. A Run
+// that failed while starting (before any worker ran) does not count: Run may be called
+// again, after a Migrate, say.
 func (o *Outboxer) Run(ctx context.Context) error {
 	if !o.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
@@ -26,25 +28,29 @@ func (o *Outboxer) Run(ctx context.Context) error {
 		return nil
 	}
 	if err := o.prepareRun(ctx); err != nil {
+		o.running.Store(false)
 		return err
 	}
 	err := o.startRelays(ctx)
 	defer o.closeRelays()
 	if err != nil {
+		// Relays that did start are closed (deferred above) before Run returns; the
+		// flag is cleared after that, so a second Run cannot overlap with the close.
+		defer o.running.Store(false)
 		return err
 	}
 
 	// stop ends fetching; hard, ShutdownTimeout later, cancels what is still in flight.
 	stop := ctx
-	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHard()
+	hard, cancelHard := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelHard(nil)
 	go func() {
 		<-stop.Done()
 		t := time.NewTimer(o.cfg.ShutdownTimeout)
 		defer t.Stop()
 		select {
 		case <-t.C:
-			cancelHard()
+			cancelHard(errShutdown)
 		case <-hard.Done():
 		}
 	}()
@@ -228,21 +234,54 @@ func (w *worker) loop(stop, hard context.Context) {
 		if until := w.nextUnblock(); until > 0 && until < wait {
 			wait = until
 		}
-		t := time.NewTimer(wait)
+		k, ok := w.idle(stop, wake, wait)
+		if !ok {
+			return
+		}
+		switch k {
+		case wakeSoon:
+			soon = []time.Duration{time.Millisecond, 4 * time.Millisecond, 16 * time.Millisecond, 64 * time.Millisecond}
+		case wakeRecheck:
+			w.checkedAt = time.Time{}
+			w.renewedAt = time.Time{} // read the paused flag now
+		}
+	}
+}
+
+// idle waits for wait or a wake-up, whichever comes first, renewing the lease whenever
+// it is due meanwhile: a PollInterval longer than the lease does not let it lapse. It
+// returns the wake-up (0 for none) and false when stop is done.
+func (w *worker) idle(stop context.Context, wake <-chan wakeKind, wait time.Duration) (wakeKind, bool) {
+	end := time.Now().Add(wait)
+	for {
+		d := time.Until(end)
+		renewing := false
+		if w.held {
+			if r := w.lease()/4 - time.Since(w.renewedAt); r < d {
+				d, renewing = max(r, 0), true
+			}
+		}
+		t := time.NewTimer(d)
 		select {
 		case <-stop.Done():
 			t.Stop()
-			return
+			return 0, false
 		case k := <-wake:
 			t.Stop()
-			switch k {
-			case wakeSoon:
-				soon = []time.Duration{time.Millisecond, 4 * time.Millisecond, 16 * time.Millisecond, 64 * time.Millisecond}
-			case wakeRecheck:
-				w.checkedAt = time.Time{}
-				w.renewedAt = time.Time{} // read the paused flag now
-			}
+			return k, true
 		case <-t.C:
+		}
+		if !renewing {
+			return 0, true
+		}
+		if err := w.renew(stop); err != nil {
+			if stop.Err() != nil {
+				return 0, false
+			}
+			if !errors.Is(err, ErrLeaseLost) {
+				w.log.Warn("outboxer: renew lease while idle", "err", err)
+			}
+			return 0, true // the loop takes it from there
 		}
 	}
 }

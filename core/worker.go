@@ -39,6 +39,10 @@ type worker struct {
 	forever   bool      // Drain: failed messages stay blocked for the rest of the call
 	skip      []int64   // Drain: unordered messages that failed during the call
 	relayName string
+	// unreadable holds the messages of the last fetch whose headers cannot be read.
+	unreadable []failure
+	// pauses is the box's count of Pause and Resume calls when the flag was last read.
+	pauses uint64
 	// hooks, when set, sees every confirmed outcome (Drain counts with it).
 	hooks func(outcome)
 }
@@ -234,19 +238,40 @@ func (w *worker) fetch(ctx context.Context) (batch []Envelope, fetched int, err 
 	cfg := w.ob.cfg
 	now := time.Now()
 	q, args := w.ob.sql.Fetch(w.ob.name, w.part, cfg.BatchSize, w.mode(), w.exclusions(now), w.skip)
+	var exec Executor = w.o.cfg.DB
+	if w.o.strictIsolation(ctx) {
+		// The pool reads at another level: read only what is committed, whatever it says.
+		tx, err := w.o.cfg.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: true})
+		if err != nil {
+			return nil, 0, err
+		}
+		defer tx.Rollback()
+		exec = tx
+	}
 	blockedHere := map[string]bool{}
-	err = queryRows(ctx, w.o.cfg.DB, q, args, func(scan func(...any) error) error {
+	err = queryRows(ctx, exec, q, args, func(scan func(...any) error) error {
 		var (
 			ready bool
 			dbNow dbTime
 		)
 		e, err := w.scanFetched(scan, &ready, &dbNow)
-		if err != nil {
+		var he *headersError
+		unreadable := errors.As(err, &he)
+		if err != nil && !unreadable {
 			return err
 		}
 		fetched++
 		g := w.group(&e)
 		if g != "" && blockedHere[g] {
+			return nil
+		}
+		if unreadable {
+			// It goes dead alone, with the reason; its group waits for that, the
+			// partition does not.
+			w.unreadable = append(w.unreadable, failure{env: &e, err: Permanent(he)})
+			if g != "" {
+				blockedHere[g] = true
+			}
 			return nil
 		}
 		if !ready {
@@ -279,11 +304,9 @@ func (w *worker) scanFetched(scan func(...any) error, ready *bool, dbNow *dbTime
 		return Envelope{}, err
 	}
 	e.Outbox, e.Partition, e.State = w.ob.name, w.part, Pending
-	if err := finishEnvelope(&e, headers, lastError); err != nil {
-		return Envelope{}, err
-	}
+	err := finishEnvelope(&e, headers, lastError) // a *headersError still reads the rest
 	e.CreatedAt, e.AvailableAt = created.Time, available.Time
-	return e, nil
+	return e, err
 }
 
 func (w *worker) mode() dialect.Mode {
@@ -310,14 +333,19 @@ type failure struct {
 	delay time.Duration
 }
 
-// judge turns the relay's result into an outcome, walking the batch in order.
-func (w *worker) judge(batch []Envelope, err error) outcome {
+// judge turns the relay's result into an outcome, walking the batch in order. ctx is the
+// delivery's context: when the engine itself ended it (shutdown timeout, lease deadline),
+// a failure is not the relay's and counts no attempt (unless it is permanent).
+func (w *worker) judge(ctx context.Context, batch []Envelope, err error) outcome {
 	var failed map[int64]error
 	var pf *PartialFailure
 	switch {
 	case err == nil:
 	case errors.As(err, &pf):
-		failed = pf.Failed
+		// A typed nil *PartialFailure names no failed message: the batch was delivered.
+		if pf != nil {
+			failed = pf.Failed
+		}
 	default:
 		failed = make(map[int64]error, len(batch))
 		for _, e := range batch {
@@ -325,6 +353,7 @@ func (w *worker) judge(batch []Envelope, err error) outcome {
 		}
 	}
 	cfg := w.ob.cfg
+	cut := engineCut(ctx)
 	var out outcome
 	stopped := map[string]bool{}
 	for i := range batch {
@@ -342,7 +371,7 @@ func (w *worker) judge(batch []Envelope, err error) outcome {
 		if ferr == nil {
 			ferr = errors.New("failed (no reason given)")
 		}
-		if errors.Is(ferr, ErrHeldBack) {
+		if errors.Is(ferr, ErrHeldBack) || (cut && !errors.Is(ferr, ErrPermanent)) {
 			out.held++
 			if g != "" {
 				stopped[g] = true
@@ -362,6 +391,22 @@ func (w *worker) judge(batch []Envelope, err error) outcome {
 		out.failed = append(out.failed, failure{env: e, err: ferr, delay: cfg.Backoff.Delay(attempts)})
 	}
 	return out
+}
+
+// errShutdown and errLeaseEnding are the causes of the cancellations the engine makes
+// itself: a delivery they cut short failed through no fault of the message.
+var (
+	errShutdown    = errors.New("outboxer: shutdown timeout passed")
+	errLeaseEnding = errors.New("outboxer: the partition's lease may run out")
+)
+
+// engineCut reports whether ctx ended for a reason of the engine's own.
+func engineCut(ctx context.Context) bool {
+	if ctx == nil || ctx.Err() == nil {
+		return false
+	}
+	c := context.Cause(ctx)
+	return errors.Is(c, errShutdown) || errors.Is(c, errLeaseEnding)
 }
 
 // errString bounds what is kept of an error.
@@ -425,12 +470,7 @@ func (w *worker) confirmAll(ctx context.Context, ids []int64) error {
 func (w *worker) confirmOnce(ctx context.Context, deliverTx func(*sql.Tx) outcome) (outcome, error) {
 	s := w.ob.sql
 	start := time.Now()
-	var opts *sql.TxOptions
-	if w.o.kind == dialect.MySQL {
-		// Without gap locks, a confirmation does not deadlock with concurrent inserts.
-		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
-	}
-	tx, err := w.o.cfg.DB.BeginTx(ctx, opts)
+	tx, err := w.o.cfg.DB.BeginTx(ctx, w.o.txOptions())
 	if err != nil {
 		return outcome{}, err
 	}
@@ -457,12 +497,12 @@ func (w *worker) confirmOnce(ctx context.Context, deliverTx func(*sql.Tx) outcom
 		}
 	}
 	for _, f := range out.failed {
-		if _, err := tx.ExecContext(ctx, s.FailMessage, errString(f.err), f.delay.Microseconds(), f.env.ID); err != nil {
+		if _, err := tx.ExecContext(ctx, s.FailMessage, errString(f.err), f.delay.Microseconds(), f.env.ID, f.env.Attempts); err != nil {
 			return outcome{}, fmt.Errorf("record failure of %d: %w", f.env.ID, err)
 		}
 	}
 	for _, f := range out.dead {
-		if _, err := tx.ExecContext(ctx, s.KillMessage, errString(f.err), f.env.ID); err != nil {
+		if _, err := tx.ExecContext(ctx, s.KillMessage, errString(f.err), f.env.ID, f.env.Attempts); err != nil {
 			return outcome{}, fmt.Errorf("record dead %d: %w", f.env.ID, err)
 		}
 	}
@@ -471,6 +511,74 @@ func (w *worker) confirmOnce(ctx context.Context, deliverTx func(*sql.Tx) outcom
 	}
 	w.trust(start)
 	return out, nil
+}
+
+// deliverTx hands a batch to a TxRelay. The delivery and the removal of the delivered
+// rows commit together, in one transaction under the delivery's deadline. The failures
+// are recorded after it, in a transaction of their own that the deadline cannot end and
+// that a statement which aborted the delivery's transaction cannot spoil: attempts count,
+// MaxAttempts and Permanent apply, and a failing batch does not go again at once.
+func (w *worker) deliverTx(ctx, dctx context.Context, txr TxRelay, batch []Envelope) (outcome, error) {
+	out, called, err := w.deliverInTx(dctx, txr, batch)
+	if err != nil && !called {
+		// The relay was not called (lease lost, database away): no attempt to record.
+		return outcome{}, err
+	}
+	if err != nil {
+		// Rolled back (or its commit is in doubt, and then the failure updates below find
+		// the rows gone): nothing counts as delivered.
+		out = w.judge(dctx, batch, err)
+	}
+	if len(out.failed) == 0 && len(out.dead) == 0 {
+		return out, nil
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	record := outcome{failed: out.failed, dead: out.dead}
+	if _, err := w.confirm(cctx, func(*sql.Tx) outcome { return record }); err != nil {
+		return outcome{}, fmt.Errorf("record failures: %w", err)
+	}
+	return out, nil
+}
+
+// deliverInTx runs DeliverTx in a transaction fenced by the lease and commits it with
+// the delivered rows removed; it rolls back when nothing was delivered. called says
+// whether the relay was called.
+func (w *worker) deliverInTx(ctx context.Context, txr TxRelay, batch []Envelope) (out outcome, called bool, err error) {
+	s := w.ob.sql
+	start := time.Now()
+	tx, err := w.o.cfg.DB.BeginTx(ctx, w.o.txOptions())
+	if err != nil {
+		return outcome{}, false, fmt.Errorf("deliver in transaction: %w", err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, s.FenceLease, w.lease().Microseconds(), w.ob.name, w.part, w.token)
+	if err != nil {
+		return outcome{}, false, fmt.Errorf("check lease: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		w.lost()
+		return outcome{}, false, ErrLeaseLost
+	}
+	out = w.judge(ctx, batch, w.call(func() error { return txr.DeliverTx(ctx, tx, batch) }))
+	if len(out.delivered) == 0 {
+		return out, true, nil
+	}
+	var q string
+	var args []any
+	if w.ob.cfg.Retention.keep > 0 {
+		q, args = s.MarkDelivered(out.delivered)
+	} else {
+		q, args = s.DeletePending(out.delivered)
+	}
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return outcome{}, true, fmt.Errorf("confirm delivered: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return outcome{}, true, fmt.Errorf("commit delivery: %w", err)
+	}
+	w.trust(start)
+	return out, true, nil
 }
 
 // step fetches one batch, hands it to the relay and confirms it. It reports how many
@@ -486,12 +594,25 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 			return 0, err
 		}
 	}
+	if p := w.ob.pauses.Load(); p != w.pauses {
+		// Pause or Resume was called on this instance: read the flag before any batch.
+		if err := w.renew(ctx); err != nil {
+			return 0, err
+		}
+		w.pauses = p
+	}
 	if w.paused {
 		return 0, nil
 	}
+	w.unreadable = w.unreadable[:0]
 	batch, fetched, err := w.fetch(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("fetch: %w", err)
+	}
+	if len(w.unreadable) > 0 {
+		if err := w.killUnreadable(ctx); err != nil {
+			return 0, err
+		}
 	}
 	if len(batch) == 0 {
 		// Rows that were read but not deliverable blocked their groups; look again at once.
@@ -515,21 +636,23 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 			bctx = c
 		}
 	}
-	dctx, cancel := context.WithDeadline(bctx, deadline)
+	var cause error // the delivery timeout is the relay's: a failed attempt
+	if deadline.Equal(w.until) {
+		cause = errLeaseEnding
+	}
+	dctx, cancel := context.WithDeadlineCause(bctx, deadline, cause)
 	defer cancel()
 
 	var out outcome
 	if txr, ok := w.ob.cfg.Relay.(TxRelay); ok {
-		out, err = w.confirm(dctx, func(tx *sql.Tx) outcome {
-			return w.judge(batch, w.call(func() error { return txr.DeliverTx(dctx, tx, batch) }))
-		})
+		out, err = w.deliverTx(ctx, dctx, txr, batch)
 	} else {
 		result := w.call(func() error { return w.ob.cfg.Relay.Deliver(dctx, batch) })
-		out = w.judge(batch, result)
+		out = w.judge(dctx, batch, result)
 		// Confirm even after a cancelled delivery: what was delivered must be recorded.
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer ccancel()
-		if w.o.kind == dialect.Postgres && len(out.failed) == 0 && len(out.dead) == 0 && len(out.delivered) > 0 {
+		if w.o.kind == dialect.Postgres && !w.o.strictIsolation(cctx) && len(out.failed) == 0 && len(out.dead) == 0 && len(out.delivered) > 0 {
 			err = w.retry(cctx, func() error { return w.confirmAll(cctx, out.delivered) })
 		} else {
 			out, err = w.confirm(cctx, func(*sql.Tx) outcome { return out })
@@ -562,6 +685,22 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 		hooks.OnBatchStop(ev)
 	}
 	return fetched, nil
+}
+
+// killUnreadable makes dead the messages of the last fetch that the engine cannot read.
+func (w *worker) killUnreadable(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	out := outcome{dead: w.unreadable}
+	if _, err := w.confirm(cctx, func(*sql.Tx) outcome { return out }); err != nil {
+		return fmt.Errorf("record unreadable messages: %w", err)
+	}
+	w.unreadable = nil
+	w.report(out)
+	if w.hooks != nil {
+		w.hooks(out)
+	}
+	return nil
 }
 
 // call runs a delivery, turning a panic into an error.

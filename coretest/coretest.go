@@ -2,6 +2,7 @@ package coretest
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 
@@ -39,7 +40,14 @@ func (r *Recorder) Deliver(ctx context.Context, batch []core.Envelope) error {
 		r.delivered = append(r.delivered, batch...)
 		return nil
 	}
-	if pf, ok := err.(*core.PartialFailure); ok {
+	// The engine finds a partial failure with errors.As, wrapped or not, and counts a
+	// nil one as a delivered batch: so does the recorder.
+	var pf *core.PartialFailure
+	if errors.As(err, &pf) && pf == nil {
+		r.delivered = append(r.delivered, batch...)
+		return err
+	}
+	if pf != nil {
 		stopped := map[string]bool{}
 		for _, e := range batch {
 			g := e.GroupKey

@@ -3,6 +3,7 @@ package coretest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/outboxer-go/outboxer/core"
@@ -49,5 +50,29 @@ func TestRecorder(t *testing.T) {
 	r.Reset()
 	if len(r.Delivered()) != 0 || r.Batches() != 0 {
 		t.Error("Reset kept something")
+	}
+}
+
+// The recorder reads a partial failure as the engine does, with errors.As: wrapped, its
+// failed messages and what follows them in their group are not recorded; a nil one
+// records the whole batch.
+func TestRecorderReadsPartialFailuresAsTheEngine(t *testing.T) {
+	batch := []core.Envelope{{ID: 1, GroupKey: "a"}, {ID: 2, GroupKey: "a"}, {ID: 3, GroupKey: "b"}}
+	var wrapped coretest.Recorder
+	wrapped.Fail = func([]core.Envelope) error {
+		return fmt.Errorf("relay: %w", &core.PartialFailure{Failed: map[int64]error{1: errors.New("no")}})
+	}
+	_ = wrapped.Deliver(context.Background(), batch)
+	if got := wrapped.Delivered(); len(got) != 1 || got[0].ID != 3 {
+		t.Errorf("wrapped partial failure: recorded %v, want only 3", got)
+	}
+	var typedNil coretest.Recorder
+	typedNil.Fail = func([]core.Envelope) error {
+		var pf *core.PartialFailure
+		return pf
+	}
+	_ = typedNil.Deliver(context.Background(), batch)
+	if got := typedNil.Delivered(); len(got) != 3 {
+		t.Errorf("nil partial failure: recorded %v, want the whole batch", got)
 	}
 }

@@ -88,9 +88,9 @@ func New(kind Kind, schema, table string) *SQL {
 		` WHERE outbox = ? ORDER BY part`)
 
 	s.FailMessage = s.p(`UPDATE ` + s.Messages + ` SET attempts = attempts + 1, last_error = ?, available_at = ` + s.NowPlus("?") +
-		` WHERE id = ? AND state = 0`)
+		` WHERE id = ? AND state = 0 AND attempts = ?`)
 	s.KillMessage = s.p(`UPDATE ` + s.Messages + ` SET attempts = attempts + 1, last_error = ?, state = 2` +
-		` WHERE id = ? AND state = 0`)
+		` WHERE id = ? AND state = 0 AND attempts = ?`)
 
 	s.Counts = s.p(`SELECT state, COUNT(*) FROM ` + s.Messages + ` WHERE outbox = ? GROUP BY state`)
 	s.ListPending = s.p(`SELECT ` + cols + ` FROM ` + s.Messages + ` WHERE outbox = ? AND state = 0 ORDER BY id LIMIT ?`)
