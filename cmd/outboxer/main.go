@@ -155,8 +155,9 @@ Commands:
 	}
 	fmt.Fprint(w, `
 Common flags (run outboxer <command> -h for each command's own):
-  --dsn       database: postgres://…, mysql://user:pass@host:port/db, or a SQLite file
-              (path or file: URI); default $OUTBOXER_DSN
+  --dsn       database: postgres://… or postgresql://… or "host=… user=… dbname=…"
+              (PostgreSQL), mysql://user:pass@host:port/db or user:pass@tcp(host:port)/db
+              (MySQL, MariaDB), or a SQLite file (path or file: URI); default $OUTBOXER_DSN
   --table     message table (default outboxer_messages)
   --schema    PostgreSQL schema of the tables (default: the connection's search_path)
   --outbox    outbox name; repeat it for several (default: every outbox in the table)
@@ -201,7 +202,7 @@ func newFlags(e *env, name string) *flagSet {
 	}
 	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), cmd: cmd}
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&fs.dsn, "dsn", os.Getenv("OUTBOXER_DSN"), "database: postgres://…, mysql://user:pass@host:port/db, or a SQLite file path or file: URI (default $OUTBOXER_DSN)")
+	fs.StringVar(&fs.dsn, "dsn", os.Getenv("OUTBOXER_DSN"), "database: postgres:// URL or \"host=… user=… dbname=…\", mysql://user:pass@host:port/db or user:pass@tcp(host:port)/db, or a SQLite file path or file: URI (default $OUTBOXER_DSN)")
 	fs.StringVar(&fs.table, "table", "outboxer_messages", "message table")
 	fs.StringVar(&fs.schema, "schema", "", "PostgreSQL schema of the tables (default: the connection's search_path)")
 	if name != "relay" {
