@@ -294,8 +294,11 @@ type lifecycle struct {
 	name   string
 }
 
-func (l lifecycle) Start(context.Context) error { *l.events = append(*l.events, "start "+l.name); return nil }
-func (l lifecycle) Close() error                { *l.events = append(*l.events, "close "+l.name); return nil }
+func (l lifecycle) Start(context.Context) error {
+	*l.events = append(*l.events, "start "+l.name)
+	return nil
+}
+func (l lifecycle) Close() error { *l.events = append(*l.events, "close "+l.name); return nil }
 
 // TestWrappersForwardLifecycle: a wrapped relay is still started and closed.
 func TestWrappersForwardLifecycle(t *testing.T) {
