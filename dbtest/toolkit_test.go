@@ -107,8 +107,8 @@ func TestPublishRefusesReservedHeaders(t *testing.T) {
 
 // memDest is a destination taking one message per call, for the engine runs below.
 type memDest struct {
-	mu     sync.Mutex
-	got    []sinktest.Received
+	mu  sync.Mutex
+	got []sinktest.Received
 }
 
 var (
