@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -182,4 +183,53 @@ func TestToolkitPoisonThroughEngine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHealthOwnerAfterGracefulStop: PartitionHealth.Owner names the owner while it holds
+// the lease, and is empty once the owner released it on a graceful stop (as its doc says).
+func TestHealthOwnerAfterGracefulStop(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := core.Migrate(ctx, db.DB, core.MigrateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		noop := core.RelayFunc(func(context.Context, []core.Envelope) error { return nil })
+		ob, err := core.New(core.Config{Name: "node-a", DB: db.DB, Logger: slog.New(slog.DiscardHandler),
+			Outboxes: map[string]core.OutboxConfig{"orders": {Relay: noop}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		owner := func() (string, bool) {
+			h, err := ob.Health(ctx, "orders")
+			if err != nil {
+				t.Fatal(err)
+			}
+			oh, ok := h.Outbox("orders")
+			if !ok || len(oh.Partitions) != 1 {
+				return "", false
+			}
+			return oh.Partitions[0].Owner, oh.Partitions[0].LeaseHeld
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- ob.Run(runCtx) }()
+		for {
+			if o, held := owner(); held && o != "" {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal("the partition was never owned")
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		stop()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run: %v", err)
+		}
+		if o, held := owner(); o != "" || held {
+			t.Fatalf("after a graceful stop: Owner %q, LeaseHeld %v; want \"\" and false", o, held)
+		}
+	})
 }
