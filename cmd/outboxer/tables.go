@@ -158,7 +158,11 @@ func (s *store) schemaHint(ctx context.Context) string {
 	rows.Close()
 	elsewhere := ""
 	if len(others) > 0 {
-		elsewhere = fmt.Sprintf("; a table %s is in schema %s: pass --schema %s", s.table, strings.Join(others, ", "), others[0])
+		list := strings.Join(others[:min(len(others), 5)], ", ")
+		if len(others) > 5 {
+			list += fmt.Sprintf(" and %d more", len(others)-5)
+		}
+		elsewhere = fmt.Sprintf("; a table %s is in schema %s: pass --schema %s", s.table, list, others[0])
 	}
 	if s.schema != "" {
 		var exists bool
@@ -176,7 +180,7 @@ func (s *store) schemaHint(ctx context.Context) string {
 	if s.schema != "" {
 		where = "schema " + s.schema
 	}
-	return fmt.Sprintf("it is not in %s%s", where, elsewhere)
+	return fmt.Sprintf("it is not in %s%s (or create it there with outboxer migrate up)", where, elsewhere)
 }
 
 // present returns the outboxes found in the table, sorted.
