@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -163,7 +165,20 @@ func TestHelpTexts(t *testing.T) {
 		}
 	}
 	r = mustRun(t, "discard", "--help")
-	if !strings.Contains(r.stdout, "may be left out when the table holds only one") || !strings.Contains(r.stdout, "host=") {
-		t.Errorf("outboxer discard --help:\n%s", r.stdout)
+	for _, want := range []string{"Usage: outboxer discard [flags] [ID...]\n\nDelete messages for good", "  --outbox name\n      the outbox (may be left out when the table holds only one)", "  --dead\n", "host="} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("outboxer discard --help does not say %q:\n%s", want, r.stdout)
+		}
+	}
+	r = mustRun(t, "status", "--help")
+	if !strings.Contains(r.stdout, "Usage: outboxer status [flags]\n") || strings.Contains(r.stdout, "\n  -max-age") {
+		t.Errorf("outboxer status --help:\n%s", r.stdout)
+	}
+	// The default of --dsn comes from the environment: its password is never printed.
+	cmd := exec.Command(binary, "status", "--help")
+	cmd.Env = append(os.Environ(), "OUTBOXER_DSN=postgres://app:hunter2@db:5432/app")
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.Contains(string(out), "hunter2") {
+		t.Errorf("outboxer status --help with OUTBOXER_DSN set: %v\n%s", err, out)
 	}
 }
