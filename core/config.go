@@ -229,7 +229,8 @@ type Config struct {
 	// Hooks receive telemetry events.
 	Hooks Hooks
 	// LeaseDuration a worker owns its partition without renewing. A crashed node's
-	// partitions are taken over at most about LeaseDuration + LeaseDuration/3 later.
+	// partitions are taken over at most about LeaseDuration + LeaseDuration/4 later (the
+	// other nodes try to take a partition they do not hold every LeaseDuration/4).
 	// Default 20 s; at least 1 s.
 	LeaseDuration time.Duration
 	// ShutdownTimeout bounds how long Run waits for in-flight batches after ctx is done.

@@ -61,6 +61,22 @@
 // MaxAttempts n it becomes Dead after n failures and its group moves on; RetryDead puts it
 // back with its old ID. A relay error wrapped with Permanent is dead at once.
 //
+// # Writing a relay
+//
+// A Relay gets a batch and says, with a *PartialFailure, which messages it did not
+// deliver; a message it did not try, because an earlier one of its group failed, is named
+// with ErrHeldBack so that no attempt is counted. PerMessage writes that bookkeeping for
+// you from a function that delivers one message, for the outbox's Ordering. Filter (drop
+// messages), Map (change them before they go) and FanOut (deliver to several relays) wrap
+// relays and keep the same rules; they forward Start and Close to the relays they wrap.
+//
+//	relay := core.Filter(
+//		core.PerMessage(core.OrderGroup, func(ctx context.Context, env core.Envelope) error {
+//			return webhook.Post(ctx, env.Payload) // one call per message
+//		}),
+//		func(env core.Envelope) bool { return env.Type != "internal.Ping" },
+//	)
+//
 // # Operations
 //
 // Counts, ListPending, ListDead, Discard, RetryDead, Pause, Resume and Status work on any

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors; every error the package returns wraps one of these where it applies,
@@ -29,7 +30,44 @@ var (
 	ErrInvalidExecutor = errors.New("outboxer: invalid executor")
 	// ErrLeaseLost: a worker lost its partition to another owner; it stops delivering it.
 	ErrLeaseLost = errors.New("outboxer: partition lease lost")
+	// ErrNotMigrated: the outbox's table (or its PostgreSQL schema) does not exist in the
+	// database: run Migrate, or apply MigrationSQL with your migration tool, first. On
+	// PostgreSQL the failed statement aborts the caller's transaction.
+	ErrNotMigrated = errors.New("outboxer: outbox table missing (not migrated)")
 )
+
+// sqlStater is the method PostgreSQL drivers' errors have (pgx, lib/pq).
+type sqlStater interface{ SQLState() string }
+
+// isMissingTable reports whether err is a database's "no such table" (or, on
+// PostgreSQL, "no such schema"): SQLSTATE 42P01 or 3F000, MySQL/MariaDB error 1146, or
+// SQLite's "no such table". Drivers without SQLSTATE are recognised by their message.
+func isMissingTable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var st sqlStater
+	if errors.As(err, &st) {
+		switch st.SQLState() {
+		case "42P01", "3F000":
+			return true
+		}
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "Error 1146") || strings.Contains(msg, "no such table") ||
+		(strings.Contains(msg, "relation \"") && strings.Contains(msg, "does not exist")) ||
+		(strings.Contains(msg, "schema \"") && strings.Contains(msg, "does not exist"))
+}
+
+// notMigrated wraps err, the failure of a statement on table, with ErrNotMigrated when
+// it says the table is missing; otherwise it returns nil.
+func notMigrated(table string, err error) error {
+	if !isMissingTable(err) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s does not exist: run Migrate (or outboxer migrate up) before publishing: %w", ErrNotMigrated, table, err)
+}
 
 // ConfigError names the option New refused and why. It wraps ErrInvalidConfig.
 type ConfigError struct {

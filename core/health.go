@@ -65,8 +65,10 @@ type PartitionHealth struct {
 	Pending, Retrying, Scheduled int64
 	OldestAge                    time.Duration
 	Dead                         int64
-	// Owner holds the partition's lease, or held it last ("" when nobody ever did);
-	// LeaseHeld says whether that lease is live, and LeaseExpires (zero when it is not)
+	// Owner holds the partition's lease, or held it last when that lease ran out
+	// without being released (a node that crashed or lost the database). It is "" when
+	// nobody ever held it, and after its owner released it on a graceful stop.
+	// LeaseHeld says whether the lease is live, and LeaseExpires (zero when it is not)
 	// when it runs out unless renewed. Token counts the takeovers of the partition.
 	Owner        string
 	LeaseHeld    bool

@@ -53,7 +53,9 @@ func WithOutbox(name string) PublishOption { return func(o *publishOptions) { o.
 // message unordered.
 func WithGroupKey(key string) PublishOption { return func(o *publishOptions) { o.groupKey = &key } }
 
-// WithHeaders merges headers over the message's own Headers().
+// WithHeaders merges headers over the message's own Headers(). Names starting with
+// "outboxer-" or "outboxer_" (any case) are reserved for what the sinks add (see
+// ReservedHeader); Publish refuses them.
 func WithHeaders(h map[string]string) PublishOption {
 	return func(o *publishOptions) {
 		if o.headers == nil {
@@ -196,6 +198,16 @@ func isNil(v any) bool {
 	return false
 }
 
+// ReservedHeader reports whether name is reserved for what the sinks add to a message
+// (HeaderKey "outboxer-key", the Kafka sink's "outboxer-id", the SQS sink's attributes,
+// the Watermill and River sinks' "outboxer_id" metadata, …): a name starting with
+// "outboxer-" or "outboxer_", in any case. Publish refuses such headers with
+// ErrInvalidMessage, because a sink would overwrite or drop them.
+func ReservedHeader(name string) bool {
+	const p = len("outboxer-")
+	return len(name) >= p && strings.EqualFold(name[:p-1], "outboxer") && (name[p-1] == '-' || name[p-1] == '_')
+}
+
 // prepare validates and encodes one message into env.
 func (o *Outboxer) prepare(m Message, po *publishOptions, env *Envelope) (row, error) {
 	if isNil(m) {
@@ -252,6 +264,11 @@ func (o *Outboxer) prepare(m Message, po *publishOptions, env *Envelope) (row, e
 				env.Headers = make(map[string]string, len(po.ctxHeaders))
 			}
 			env.Headers[k] = v
+		}
+	}
+	for k := range env.Headers {
+		if ReservedHeader(k) {
+			return row{}, fmt.Errorf("%w: header %q: names starting with %q or %q are reserved for the sinks, which would overwrite or drop it", ErrInvalidMessage, k, "outboxer-", "outboxer_")
 		}
 	}
 	if raw, ok := m.(Raw); ok {
@@ -416,6 +433,9 @@ func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {
 		if errors.Is(err, ErrInvalidExecutor) {
 			return err
 		}
+		if nm := notMigrated(s.Messages, err); nm != nil {
+			return nm
+		}
 		return fmt.Errorf("outboxer: publish into %s: %w", s.Messages, err)
 	}
 	if len(got) != len(rows) {
@@ -450,6 +470,9 @@ func (o *Outboxer) insertSQLite(ctx context.Context, db Executor, rows []row) er
 	}
 	res, err := db.ExecContext(ctx, s.InsertTimed(len(rows)), args...)
 	if err != nil {
+		if nm := notMigrated(s.Messages, err); nm != nil {
+			return nm
+		}
 		return fmt.Errorf("outboxer: publish into %s: %w", s.Messages, err)
 	}
 	last, err := res.LastInsertId()

@@ -12,21 +12,31 @@ import (
 
 // Executor returns the core executor behind a bun handle: the *sql.Tx of a bun.Tx (also
 // one made by BeginTx on a bun.Tx, a savepoint), the *sql.DB of a *bun.DB, the *sql.Conn
-// of a bun.Conn. Statements sent through it do not pass bun's query hooks.
+// of a bun.Conn. Statements sent through it do not pass bun's query hooks. A nil handle
+// (or a zero bun.Tx) gives nil, which Publish refuses with core.ErrInvalidExecutor.
 func Executor(db bun.IDB) core.Executor {
+	if isNil(db) {
+		return nil
+	}
+	var exec core.Executor
 	switch h := db.(type) {
 	case bun.Tx:
-		return h.Tx
+		exec = h.Tx
 	case *bun.Tx:
-		return h.Tx
+		exec = h.Tx
 	case *bun.DB:
-		return h.DB
+		exec = h.DB
 	case bun.Conn:
-		return h.Conn
+		exec = h.Conn
 	case *bun.Conn:
-		return h.Conn
+		exec = h.Conn
+	default:
+		return notTx{db}
 	}
-	return notTx{db}
+	if isNil(exec) {
+		return nil
+	}
+	return exec
 }
 
 // notTx is an unknown bun.IDB; the core takes it as not being a transaction.
@@ -35,11 +45,17 @@ type notTx struct{ bun.IDB }
 // Publish publishes msg through db, normally the bun.Tx of your business writes: the
 // message is stored if and only if the transaction commits.
 func Publish(ctx context.Context, ob *core.Outboxer, db bun.IDB, msg core.Message, opts ...core.PublishOption) (core.Envelope, error) {
+	if Executor(db) == nil {
+		return core.Envelope{}, errNil("bun handle")
+	}
 	return ob.Publish(ctx, Executor(db), msg, opts...)
 }
 
 // PublishAll publishes msgs through db in one statement per table.
 func PublishAll(ctx context.Context, ob *core.Outboxer, db bun.IDB, msgs []core.Message, opts ...core.PublishOption) ([]core.Envelope, error) {
+	if Executor(db) == nil {
+		return nil, errNil("bun handle")
+	}
 	return ob.PublishAll(ctx, Executor(db), msgs, opts...)
 }
 
@@ -51,6 +67,9 @@ func PublishAll(ctx context.Context, ob *core.Outboxer, db bun.IDB, msgs []core.
 // With a bun.Tx as db, RunInTx makes a savepoint: fn's error rolls back to it only, and
 // the workers are woken when the outer transaction's helper commits.
 func InTx(ctx context.Context, ob *core.Outboxer, db bun.IDB, fn func(ctx context.Context, tx bun.Tx, p *core.TxPublisher) error) error {
+	if Executor(db) == nil {
+		return errNil("bun handle")
+	}
 	var nested bool
 	switch db.(type) {
 	case bun.Tx, *bun.Tx:
@@ -69,6 +88,9 @@ func InTx(ctx context.Context, ob *core.Outboxer, db bun.IDB, fn func(ctx contex
 
 // Dialect is the Outboxer dialect of a bun database ("" for one Outboxer does not run on).
 func Dialect(db bun.IDB) core.Dialect {
+	if Executor(db) == nil {
+		return ""
+	}
 	switch db.Dialect().Name() {
 	case dialect.PG:
 		return core.Postgres

@@ -27,8 +27,12 @@ type Tx interface {
 }
 
 // Executor returns the core executor behind an ent handle. It is a transaction when the
-// handle is one (it has Commit and Rollback, as the generated *ent.Tx has).
+// handle is one (it has Commit and Rollback, as the generated *ent.Tx has). A nil
+// handle gives nil, which Publish refuses with core.ErrInvalidExecutor.
 func Executor(db ExecQuerier) core.Executor {
+	if isNil(db) {
+		return nil
+	}
 	_, tx := db.(interface {
 		Commit() error
 		Rollback() error
@@ -46,6 +50,9 @@ func (e executor) InTransaction() bool { return e.tx }
 // Publish publishes msg through db, normally the *ent.Tx of your business writes: the
 // message is stored if and only if the transaction commits.
 func Publish(ctx context.Context, ob *core.Outboxer, db ExecQuerier, msg core.Message, opts ...core.PublishOption) (core.Envelope, error) {
+	if isNil(db) {
+		return core.Envelope{}, errNil("ent client or transaction")
+	}
 	return ob.Publish(ctx, Executor(db), msg, opts...)
 }
 
@@ -53,6 +60,9 @@ func Publish(ctx context.Context, ob *core.Outboxer, db ExecQuerier, msg core.Me
 // transaction) several messages go through the instance's DB, in a transaction of their
 // own when they take more than one statement, so that all or none are stored.
 func PublishAll(ctx context.Context, ob *core.Outboxer, db ExecQuerier, msgs []core.Message, opts ...core.PublishOption) ([]core.Envelope, error) {
+	if isNil(db) {
+		return nil, errNil("ent client or transaction")
+	}
 	exec := Executor(db)
 	if !exec.(executor).tx && len(msgs) > 1 {
 		exec = ob.Config().DB
@@ -68,9 +78,15 @@ func PublishAll(ctx context.Context, ob *core.Outboxer, db ExecQuerier, msgs []c
 //
 //	err := entoutbox.InTx(ctx, ob, client.Tx, func(ctx context.Context, tx *ent.Tx, p *core.TxPublisher) error { … })
 func InTx[T Tx](ctx context.Context, ob *core.Outboxer, begin func(context.Context) (T, error), fn func(ctx context.Context, tx T, p *core.TxPublisher) error) error {
+	if begin == nil {
+		return errNil("begin function")
+	}
 	tx, err := begin(ctx)
 	if err != nil {
 		return fmt.Errorf("outboxer: begin: %w", err)
+	}
+	if isNil(tx) {
+		return fmt.Errorf("outboxer: begin: %w", errNil("transaction"))
 	}
 	done := false
 	defer func() {
@@ -176,5 +192,8 @@ func Hook[T ExecQuerier](ob *core.Outboxer, derive Derive, opts ...core.PublishO
 // goes back to the savepoint, dropping what fn wrote and published, and the error is
 // returned (the panic goes on); the rest of tx is kept.
 func Savepoint(ctx context.Context, tx ExecQuerier, name string, fn func() error) error {
+	if isNil(tx) {
+		return errNil("ent transaction")
+	}
 	return core.Savepoint(ctx, tx, name, fn)
 }

@@ -13,7 +13,12 @@ import (
 // Executor returns the core executor behind db: the *sql.Tx when db is inside a
 // Transaction (or Begin), the *sql.DB otherwise. With PrepareStmt the transaction under
 // gorm's statement cache is used; a connection pool of another kind is used as it is.
+// A nil db (or one with no connection) gives nil, which Publish refuses with
+// core.ErrInvalidExecutor.
 func Executor(db *gorm.DB) core.Executor {
+	if !usable(db) {
+		return nil
+	}
 	cp := db.Statement.ConnPool
 	switch c := cp.(type) {
 	case *sql.Tx:
@@ -33,6 +38,11 @@ func Executor(db *gorm.DB) core.Executor {
 	return connPool{cp, tx}
 }
 
+// usable reports whether db can run statements: not nil, and with a connection pool.
+func usable(db *gorm.DB) bool {
+	return db != nil && db.Config != nil && db.Statement != nil && !isNil(db.Statement.ConnPool)
+}
+
 // connPool is a gorm.ConnPool that says whether it is a transaction.
 type connPool struct {
 	gorm.ConnPool
@@ -44,11 +54,17 @@ func (c connPool) InTransaction() bool { return c.tx }
 // Publish publishes msg through db, normally the *gorm.DB a Transaction hands you: the
 // message is stored if and only if that transaction commits.
 func Publish(ctx context.Context, ob *core.Outboxer, db *gorm.DB, msg core.Message, opts ...core.PublishOption) (core.Envelope, error) {
+	if !usable(db) {
+		return core.Envelope{}, errNil("*gorm.DB")
+	}
 	return ob.Publish(ctx, Executor(db), msg, opts...)
 }
 
 // PublishAll publishes msgs through db in one statement per table.
 func PublishAll(ctx context.Context, ob *core.Outboxer, db *gorm.DB, msgs []core.Message, opts ...core.PublishOption) ([]core.Envelope, error) {
+	if !usable(db) {
+		return nil, errNil("*gorm.DB")
+	}
 	return ob.PublishAll(ctx, Executor(db), msgs, opts...)
 }
 
@@ -61,6 +77,9 @@ func PublishAll(ctx context.Context, ob *core.Outboxer, db *gorm.DB, msgs []core
 // a savepoint. fn's error then rolls back to the savepoint only, and the workers are
 // woken when the outer transaction's helper commits.
 func InTx(ctx context.Context, ob *core.Outboxer, db *gorm.DB, fn func(tx *gorm.DB, p *core.TxPublisher) error, opts ...*sql.TxOptions) error {
+	if !usable(db) {
+		return errNil("*gorm.DB")
+	}
 	_, nested := db.Statement.ConnPool.(gorm.TxCommitter)
 	var p *core.TxPublisher
 	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -93,6 +112,9 @@ func MigrateDown(ctx context.Context, db *gorm.DB, opts core.MigrateOptions) err
 }
 
 func migrateArgs(db *gorm.DB, opts core.MigrateOptions) (*sql.DB, core.MigrateOptions, error) {
+	if !usable(db) {
+		return nil, opts, fmt.Errorf("outboxer: migrate: %w", errNil("*gorm.DB"))
+	}
 	pool, err := db.DB()
 	if err != nil {
 		return nil, opts, fmt.Errorf("outboxer: migrate: %w", err)
@@ -107,6 +129,9 @@ func migrateArgs(db *gorm.DB, opts core.MigrateOptions) (*sql.DB, core.MigrateOp
 // MySQL/MariaDB and SQLite). Use it for core.Config.Dialect when the driver under gorm is
 // not one core.DetectDialect knows.
 func Dialect(db *gorm.DB) core.Dialect {
+	if db == nil || db.Config == nil || db.Dialector == nil {
+		return ""
+	}
 	switch db.Dialector.Name() {
 	case "postgres":
 		return core.Postgres

@@ -26,8 +26,12 @@ type Beginner interface {
 }
 
 // Executor returns a core executor running statements through db. It is a transaction
-// exactly when db is a pgx.Tx.
+// exactly when db is a pgx.Tx. A nil handle gives nil, which Publish refuses with
+// core.ErrInvalidExecutor.
 func Executor(db DB) core.Executor {
+	if isNil(db) {
+		return nil
+	}
 	_, tx := db.(pgx.Tx)
 	return executor{db: db, tx: tx}
 }
@@ -83,6 +87,9 @@ func Publish(ctx context.Context, ob *core.Outboxer, db DB, msg core.Message, op
 
 // PublishAll publishes msgs through db in one statement per table.
 func PublishAll(ctx context.Context, ob *core.Outboxer, db DB, msgs []core.Message, opts ...core.PublishOption) ([]core.Envelope, error) {
+	if isNil(db) {
+		return nil, errNil("pgx handle")
+	}
 	exec := Executor(db)
 	if b, ok := db.(Beginner); ok && !exec.(executor).tx && needsOwnTx(ob, len(msgs)) {
 		// SerializeWrites holds its lock until commit, and several messages may take
@@ -122,6 +129,9 @@ func needsOwnTx(ob *core.Outboxer, messages int) bool {
 // With a pgx.Tx as db the transaction is a savepoint: fn's error rolls back to it only,
 // and the workers are woken when the outer transaction's helper commits.
 func InTx(ctx context.Context, ob *core.Outboxer, db Beginner, fn func(ctx context.Context, tx pgx.Tx, p *core.TxPublisher) error) error {
+	if isNil(db) {
+		return errNil("pgx handle")
+	}
 	_, nested := db.(pgx.Tx)
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -160,6 +170,9 @@ func MigrateDown(ctx context.Context, db Beginner, opts core.MigrateOptions) err
 }
 
 func migrate(ctx context.Context, db Beginner, opts core.MigrateOptions, up bool) error {
+	if isNil(db) {
+		return fmt.Errorf("outboxer: migrate: %w", errNil("pgx handle"))
+	}
 	opts.Dialect = core.Postgres
 	upSQL, downSQL, err := core.MigrationSQL(opts)
 	if err != nil {

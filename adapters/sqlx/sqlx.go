@@ -12,15 +12,24 @@ import (
 
 // Executor returns the core executor behind an sqlx handle: the *sql.Tx of a *sqlx.Tx,
 // the *sql.DB of a *sqlx.DB. Any other sqlx.ExtContext is used as it is and counts as
-// not being a transaction.
+// not being a transaction. A nil handle gives nil, which Publish refuses with
+// core.ErrInvalidExecutor.
 func Executor(db sqlx.ExtContext) core.Executor {
+	var exec core.Executor = db
 	switch h := db.(type) {
 	case *sqlx.Tx:
-		return h.Tx
+		if h != nil {
+			exec = h.Tx
+		}
 	case *sqlx.DB:
-		return h.DB
+		if h != nil {
+			exec = h.DB
+		}
 	}
-	return db
+	if isNil(exec) {
+		return nil
+	}
+	return exec
 }
 
 // Publish publishes msg through db, normally the *sqlx.Tx of your business writes: the
@@ -39,6 +48,9 @@ func PublishAll(ctx context.Context, ob *core.Outboxer, db sqlx.ExtContext, msgs
 // error or a panic in fn rolls everything back (the panic goes on). After the commit the
 // instance's workers are woken at once.
 func InTx(ctx context.Context, ob *core.Outboxer, db *sqlx.DB, opts *sql.TxOptions, fn func(tx *sqlx.Tx, p *core.TxPublisher) error) error {
+	if db == nil || db.DB == nil {
+		return errNil("*sqlx.DB")
+	}
 	tx, err := db.BeginTxx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("outboxer: begin: %w", err)
@@ -67,6 +79,9 @@ func InTx(ctx context.Context, ob *core.Outboxer, db *sqlx.DB, opts *sql.TxOptio
 // is kept. Otherwise the savepoint is released. PostgreSQL, MariaDB and SQLite all
 // support savepoints.
 func Savepoint(ctx context.Context, tx *sqlx.Tx, name string, fn func() error) error {
+	if tx == nil || tx.Tx == nil {
+		return errNil("*sqlx.Tx")
+	}
 	return core.Savepoint(ctx, tx, name, fn)
 }
 
@@ -74,10 +89,16 @@ func Savepoint(ctx context.Context, tx *sqlx.Tx, name string, fn func() error) e
 // DDL, as plain SQL files for golang-migrate, goose or a hand-run script, is in the
 // migrations directory of this module.
 func Migrate(ctx context.Context, db *sqlx.DB, opts core.MigrateOptions) error {
+	if db == nil || db.DB == nil {
+		return fmt.Errorf("outboxer: migrate: %w", errNil("*sqlx.DB"))
+	}
 	return core.Migrate(ctx, db.DB, opts)
 }
 
 // MigrateDown drops what Migrate created, with every message in it.
 func MigrateDown(ctx context.Context, db *sqlx.DB, opts core.MigrateOptions) error {
+	if db == nil || db.DB == nil {
+		return fmt.Errorf("outboxer: migrate: %w", errNil("*sqlx.DB"))
+	}
 	return core.MigrateDown(ctx, db.DB, opts)
 }

@@ -210,7 +210,7 @@ type changeJSON struct {
 
 func runRetry(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "retry")
-	fs.outboxFlag("the outbox (required)")
+	fs.outboxFlag("the outbox (may be left out when the table holds only one)")
 	fs.jsonFlag()
 	all := fs.Bool("all", false, "retry every dead message of the outbox")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
@@ -226,7 +226,7 @@ func runRetry(ctx context.Context, e *env, args []string) error {
 
 func runDiscard(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "discard")
-	fs.outboxFlag("the outbox (required)")
+	fs.outboxFlag("the outbox (may be left out when the table holds only one)")
 	fs.jsonFlag()
 	dead := fs.Bool("dead", false, "discard every dead message of the outbox")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
@@ -268,8 +268,8 @@ func change(ctx context.Context, e *env, fs *flagSet, args []string, sp changeSp
 		return err
 	}
 	switch {
-	case len(fs.outboxes) != 1:
-		return usagef("name exactly one --outbox")
+	case len(fs.outboxes) > 1:
+		return usagef("name one --outbox, not %d", len(fs.outboxes))
 	case len(want) == 0 && !*sp.all:
 		return usagef("give message IDs, or %s", sp.allFlag)
 	case len(want) > 0 && *sp.all:
@@ -280,11 +280,11 @@ func change(ctx context.Context, e *env, fs *flagSet, args []string, sp changeSp
 		return err
 	}
 	defer s.Close()
-	outboxes, err := s.pick(fs.outboxes, false)
+	outbox, err := s.pickOne(fs.outboxes)
 	if err != nil {
 		return err
 	}
-	outbox := outboxes[0]
+	outboxes := []string{outbox}
 	ob, err := s.admin(outboxes, 0)
 	if err != nil {
 		return err
@@ -444,8 +444,11 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 				given = append(given, "--"+f.Name)
 			}
 		})
-		if len(given) > 0 {
-			return usagef("%s only apply with --check", strings.Join(given, ", "))
+		if len(given) == 1 {
+			return usagef("%s applies only with --check", given[0])
+		}
+		if len(given) > 1 {
+			return usagef("%s apply only with --check", strings.Join(given, ", "))
 		}
 	}
 	if limits.MaxAge < 0 || limits.MaxPending < 0 {

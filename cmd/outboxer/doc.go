@@ -8,7 +8,9 @@
 // Every command takes --dsn (or the environment variable OUTBOXER_DSN):
 //
 //	postgres://user:password@host:5432/db?sslmode=disable   PostgreSQL (pgx); search_path is honoured
+//	host=127.0.0.1 user=app password=secret dbname=db       PostgreSQL, libpq keyword/value form
 //	mysql://user:password@host:3306/db                      MySQL / MariaDB
+//	user:password@tcp(host:3306)/db                         MySQL / MariaDB, go-sql-driver form
 //	/var/lib/app/app.db   or   file:app.db?_pragma=…        SQLite (WAL and a busy timeout are added)
 //
 // --table names the message table (default outboxer_messages) and --schema its
@@ -25,15 +27,16 @@
 //	outboxer status  [--outbox NAME]... [--check …]      per outbox and partition: backlog, retrying,
 //	                                                    scheduled, oldest due age, dead, owners,
 //	                                                    unowned partitions, lease expiry, paused
-//	outboxer retry   --outbox NAME (ID... | --all) [--yes]   dead messages back to pending
-//	outboxer discard --outbox NAME (ID... | --dead) [--yes]  delete for good
+//	outboxer retry   [--outbox NAME] (ID... | --all) [--yes]   dead messages back to pending
+//	outboxer discard [--outbox NAME] (ID... | --dead) [--yes]  delete for good
 //	outboxer pause   --outbox NAME... [--partitions N]
 //	outboxer resume  --outbox NAME...
 //	outboxer relay   --config relay.yaml [--check]
 //
 // Without --outbox, the read-only commands cover every outbox found in the table (by its
 // messages or its partition rows). An outbox that has neither is unknown: the command
-// fails. Output is a table; --json prints JSON instead.
+// fails. retry and discard work on one outbox: --outbox may be left out when the table
+// holds exactly one. Output is a table; --json prints JSON instead.
 //
 // retry, discard and migrate down ask for confirmation on stdin unless --yes is given;
 // when stdin is not a terminal and gives no answer they change nothing. They print
@@ -123,7 +126,7 @@
 //	INSERT INTO outboxer_messages (outbox, type, group_key, payload, headers)
 //	VALUES ('orders', 'order.created', 'order:42', CAST('{"id":42}' AS BLOB), '{"source":"php"}');
 //
-// outbox is required; type is the message type; group_key (” for none) orders the
+// outbox is required; type is the message type; group_key (empty for none) orders the
 // messages of one group; payload is the bytes relayed; headers is a JSON object of
 // strings, or NULL. The column part is the partition, 0 by default. With one partition
 // leave it out. With several, every writer to a group must put it in the same

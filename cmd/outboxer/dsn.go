@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -29,8 +30,17 @@ type target struct {
 	file    string // SQLite: the file
 }
 
-// parseDSN reads a DSN: postgres:// or postgresql:// URLs (pgx), mysql:// URLs
-// (translated for go-sql-driver/mysql), or a SQLite file path or file: URI. It does no I/O.
+// keywordRE matches the start of a libpq keyword/value connection string
+// ("host=127.0.0.1 user=postgres dbname=test"), the form GORM's PostgreSQL driver and
+// many deployment tools hand out.
+var keywordRE = regexp.MustCompile(`^[a-z_]+\s*=`)
+
+// goMySQLRE matches a go-sql-driver/mysql DSN ("user:pass@tcp(host:3306)/db").
+var goMySQLRE = regexp.MustCompile(`^[^/]*@(tcp|tcp6|unix)\(`)
+
+// parseDSN reads a DSN: postgres:// or postgresql:// URLs and libpq keyword/value
+// strings (pgx), mysql:// URLs and go-sql-driver/mysql DSNs, or a SQLite file path or
+// file: URI. It does no I/O.
 func parseDSN(dsn string) (*target, error) {
 	dsn = strings.TrimSpace(dsn)
 	if dsn == "" {
@@ -38,21 +48,49 @@ func parseDSN(dsn string) (*target, error) {
 	}
 	scheme, _, hasScheme := strings.Cut(dsn, "://")
 	switch {
-	case hasScheme && (scheme == "postgres" || scheme == "postgresql"):
-		cfg, err := pgx.ParseConfig(dsn)
-		if err != nil {
-			return nil, usagef("malformed PostgreSQL DSN: %s", redactErr(err, dsn))
-		}
-		name := fmt.Sprintf("PostgreSQL database %q at %s", cfg.Database, net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)))
-		return &target{dialect: core.Postgres, driver: "pgx", source: dsn, name: name}, nil
+	case hasScheme && (scheme == "postgres" || scheme == "postgresql"), !hasScheme && keywordRE.MatchString(dsn):
+		return parsePostgres(dsn)
 	case hasScheme && (scheme == "mysql" || scheme == "mariadb"):
 		return parseMySQL(dsn)
+	case !hasScheme && goMySQLRE.MatchString(dsn):
+		return parseGoMySQL(dsn)
 	case hasScheme && scheme == "sqlite":
 		return parseSQLite(strings.TrimPrefix(dsn, scheme+"://"))
 	case hasScheme:
-		return nil, usagef("malformed DSN: unsupported scheme %q (use postgres://, mysql://, or a SQLite file)", scheme)
+		return nil, usagef("malformed DSN: unsupported scheme %q (use postgres://, host=… dbname=…, mysql://, or a SQLite file)", scheme)
 	}
 	return parseSQLite(dsn)
+}
+
+// parsePostgres reads a postgres:// URL or a libpq keyword/value string; pgx reads both,
+// and the environment (PGHOST, PGUSER, …) for what they leave out.
+func parsePostgres(dsn string) (*target, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, usagef("malformed PostgreSQL DSN: %s", redactErr(err, dsn))
+	}
+	host := cfg.Host
+	if !strings.HasPrefix(host, "/") {
+		host = net.JoinHostPort(host, fmt.Sprint(cfg.Port))
+	}
+	name := fmt.Sprintf("PostgreSQL database %q at %s", cfg.Database, host)
+	return &target{dialect: core.Postgres, driver: "pgx", source: dsn, name: name}, nil
+}
+
+// parseGoMySQL reads a DSN in go-sql-driver/mysql's own form, as GORM's MySQL driver takes it.
+func parseGoMySQL(dsn string) (*target, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, usagef("malformed MySQL DSN: %s", redactErr(err, dsn))
+	}
+	if cfg.DBName == "" {
+		return nil, usagef("malformed MySQL DSN: no database name (want user:password@tcp(host:port)/database)")
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	return &target{dialect: core.MySQL, driver: "mysql", source: cfg.FormatDSN(),
+		name: fmt.Sprintf("MySQL database %q at %s", cfg.DBName, cfg.Addr)}, nil
 }
 
 func parseMySQL(dsn string) (*target, error) {
@@ -110,6 +148,9 @@ func parseSQLite(dsn string) (*target, error) {
 		name: fmt.Sprintf("SQLite file %s", path), file: path}, nil
 }
 
+// passwordRE finds the password of a keyword/value DSN.
+var passwordRE = regexp.MustCompile(`password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
+
 // redactErr prints err without the DSN's password.
 func redactErr(err error, dsn string) string {
 	msg := err.Error()
@@ -117,6 +158,17 @@ func redactErr(err error, dsn string) string {
 		if pw, ok := u.User.Password(); ok && pw != "" {
 			msg = strings.ReplaceAll(msg, pw, "xxxxx")
 		}
+	}
+	for _, m := range passwordRE.FindAllStringSubmatch(dsn, -1) {
+		if pw := strings.Trim(m[1], "'"); pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	}
+	if !goMySQLRE.MatchString(dsn) {
+		return msg
+	}
+	if cfg, perr := mysql.ParseDSN(dsn); perr == nil && cfg.Passwd != "" {
+		msg = strings.ReplaceAll(msg, cfg.Passwd, "xxxxx")
 	}
 	return msg
 }

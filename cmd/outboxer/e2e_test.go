@@ -613,6 +613,6 @@ func TestStatusCheck(t *testing.T) {
 		wantFailure(t, r, exitUnhealthy, `outboxer: outbox paused: outbox "emails": paused`)
 
 		// Limits without --check are a usage error; nothing is read.
-		wantFailure(t, cli(t, "", "status", "--dsn", s.dsn, "--max-age", "5m"), exitUsage, "--max-age only apply with --check")
+		wantFailure(t, cli(t, "", "status", "--dsn", s.dsn, "--max-age", "5m"), exitUsage, "--max-age applies only with --check")
 	})
 }

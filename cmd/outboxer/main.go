@@ -155,8 +155,9 @@ Commands:
 	}
 	fmt.Fprint(w, `
 Common flags (run outboxer <command> -h for each command's own):
-  --dsn       database: postgres://…, mysql://user:pass@host:port/db, or a SQLite file
-              (path or file: URI); default $OUTBOXER_DSN
+  --dsn       database: postgres://… or postgresql://… or "host=… user=… dbname=…"
+              (PostgreSQL), mysql://user:pass@host:port/db or user:pass@tcp(host:port)/db
+              (MySQL, MariaDB), or a SQLite file (path or file: URI); default $OUTBOXER_DSN
   --table     message table (default outboxer_messages)
   --schema    PostgreSQL schema of the tables (default: the connection's search_path)
   --outbox    outbox name; repeat it for several (default: every outbox in the table)
@@ -201,7 +202,7 @@ func newFlags(e *env, name string) *flagSet {
 	}
 	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), cmd: cmd}
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&fs.dsn, "dsn", os.Getenv("OUTBOXER_DSN"), "database: postgres://…, mysql://user:pass@host:port/db, or a SQLite file path or file: URI (default $OUTBOXER_DSN)")
+	fs.StringVar(&fs.dsn, "dsn", os.Getenv("OUTBOXER_DSN"), "database: postgres:// URL or \"host=… user=… dbname=…\", mysql://user:pass@host:port/db or user:pass@tcp(host:port)/db, or a SQLite file path or file: URI (default $OUTBOXER_DSN)")
 	fs.StringVar(&fs.table, "table", "outboxer_messages", "message table")
 	fs.StringVar(&fs.schema, "schema", "", "PostgreSQL schema of the tables (default: the connection's search_path)")
 	if name != "relay" {
@@ -209,12 +210,37 @@ func newFlags(e *env, name string) *flagSet {
 	}
 	fs.Usage = func() {
 		w := e.stdout
-		fmt.Fprintf(w, "Usage: outboxer %s [flags] %s\n\n%s.\n\nFlags:\n", cmd.name, cmd.args, cmd.summary)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+		summary := cmd.summary
+		if summary != "" {
+			summary = strings.ToUpper(summary[:1]) + summary[1:]
+		}
+		fmt.Fprintf(w, "Usage: %s\n\n%s.\n\nFlags:\n", strings.TrimSpace("outboxer "+cmd.name+" [flags] "+cmd.args), summary)
+		printFlags(w, fs.FlagSet)
 	}
 	return fs
+}
+
+// printFlags lists the flags as the documentation writes them: --name, with the kind
+// of value each takes and its default when it has one.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, usage := flag.UnquoteUsage(f)
+		if kind == "value" {
+			kind = "name"
+		}
+		line := "  --" + f.Name
+		if kind != "" {
+			line += " " + kind
+		}
+		fmt.Fprintf(w, "%s\n      %s", line, usage)
+		switch {
+		case f.Name == "dsn": // its usage says where the default comes from; never print a password
+		case f.DefValue == "", f.DefValue == "0", f.DefValue == "false", f.DefValue == "0s":
+		default:
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
 }
 
 func (fs *flagSet) outboxFlag(help string) { fs.Var(&fs.outboxes, "outbox", help) }

@@ -106,7 +106,7 @@ func (s *store) discover(ctx context.Context) error {
 	} {
 		rows, err := s.db.QueryContext(ctx, q)
 		if err != nil {
-			return s.tableErr(err)
+			return s.tableErr(ctx, err)
 		}
 		for rows.Next() {
 			var name string
@@ -120,18 +120,67 @@ func (s *store) discover(ctx context.Context) error {
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return s.tableErr(err)
+			return s.tableErr(ctx, err)
 		}
 	}
 	return nil
 }
 
-func (s *store) tableErr(err error) error {
+func (s *store) tableErr(ctx context.Context, err error) error {
 	msg := err.Error()
 	if strings.Contains(msg, "does not exist") || strings.Contains(msg, "doesn't exist") || strings.Contains(msg, "no such table") {
+		if hint := s.schemaHint(ctx); hint != "" {
+			return fmt.Errorf("table %s is missing in the %s: %s: %w", s.msgs, s.t.name, hint, err)
+		}
 		return fmt.Errorf("table %s is missing in the %s (create it with outboxer migrate up): %w", s.msgs, s.t.name, err)
 	}
 	return fmt.Errorf("cannot read table %s: %w", s.msgs, err)
+}
+
+// schemaHint says, on PostgreSQL, why the table may be missing when the schema is the
+// cause: the --schema named does not exist, or the table is in another schema than the
+// search path. It returns "" when it finds neither (or cannot look).
+func (s *store) schemaHint(ctx context.Context) string {
+	if s.t.dialect != core.Postgres {
+		return ""
+	}
+	var others []string
+	rows, err := s.db.QueryContext(ctx, `SELECT table_schema FROM information_schema.tables WHERE table_name = $1 ORDER BY 1`, s.table)
+	if err != nil {
+		return ""
+	}
+	for rows.Next() {
+		var name string
+		if rows.Scan(&name) == nil && name != s.schema {
+			others = append(others, name)
+		}
+	}
+	rows.Close()
+	elsewhere := ""
+	if len(others) > 0 {
+		list := strings.Join(others[:min(len(others), 5)], ", ")
+		if len(others) > 5 {
+			list += fmt.Sprintf(" and %d more", len(others)-5)
+		}
+		elsewhere = fmt.Sprintf("; a table %s is in schema %s: pass --schema %s", s.table, list, others[0])
+	}
+	if s.schema != "" {
+		var exists bool
+		if err := s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.schema).Scan(&exists); err != nil {
+			return ""
+		}
+		if !exists {
+			return fmt.Sprintf("schema %s does not exist (check --schema; outboxer migrate up --schema %s would create it with empty tables)%s", s.schema, s.schema, elsewhere)
+		}
+	}
+	if elsewhere == "" {
+		return ""
+	}
+	where := "the connection's search_path"
+	if s.schema != "" {
+		where = "schema " + s.schema
+	}
+	return fmt.Sprintf("it is not in %s%s (or create it there with outboxer migrate up)", where, elsewhere)
 }
 
 // present returns the outboxes found in the table, sorted.
@@ -167,6 +216,26 @@ func (s *store) pick(named []string, all bool) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// pickOne returns the outbox a command that works on one outbox acts on: the one named,
+// or, when none is named, the only one in the table. With several there, it names them.
+func (s *store) pickOne(named []string) (string, error) {
+	if len(named) > 0 {
+		out, err := s.pick(named, false)
+		if err != nil {
+			return "", err
+		}
+		return out[0], nil
+	}
+	switch p := s.present(); len(p) {
+	case 1:
+		return p[0], nil
+	case 0:
+		return "", fmt.Errorf("no outbox in %s: it holds no messages and no partitions", s.msgs)
+	default:
+		return "", usagef("name the outbox with --outbox: %s holds %d (%s)", s.msgs, len(p), strings.Join(p, ", "))
+	}
 }
 
 // admin returns a publish-only instance of the core configured with the outboxes, so
