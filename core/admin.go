@@ -148,7 +148,9 @@ func (o *Outboxer) Discard(ctx context.Context, outbox string, ids ...int64) (in
 }
 
 // discard deletes messages by ID and, in the same transaction, releases the held
-// messages of the groups of those that were waiting or held: nothing else would. The
+// messages of the groups of those that were pending: nothing else would. That includes a
+// retry the relay has in hand (ready again, no longer waiting): its failure, recorded
+// after, finds no row and releases nothing. The
 // transaction first locks the outbox's lease rows, which every worker's holding and
 // confirming transaction locks first too, so a worker cannot hold a message behind one
 // deleted meanwhile.
@@ -166,7 +168,7 @@ func (o *Outboxer) discard(ctx context.Context, ob *box, ids []int64) (int64, er
 	}
 	release := map[int][]string{}
 	if ob.cfg.Ordering != OrderNone {
-		q, args := s.Blocking(ob.name, ids)
+		q, args := s.PendingGroups(ob.name, ids)
 		err = queryRows(ctx, tx, q, args, func(scan func(...any) error) error {
 			var part int
 			var group string

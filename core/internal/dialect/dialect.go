@@ -409,11 +409,13 @@ func (s *SQL) Hold(ids []int64, grouped bool) (string, []any) {
 		` AND ` + s.behind(grouped)), args
 }
 
-// Blocking returns the query for the partition and group key of the given messages
-// of an outbox that are waiting or held.
-func (s *SQL) Blocking(outbox string, ids []int64) (string, []any) {
+// PendingGroups returns the query for the partition and group key of the given pending
+// messages of an outbox. Whatever its state, a pending message may have later messages
+// of its group held behind it: a waiting or held one, and also a ready one that was
+// waiting (its retry or its time came) and is not delivered yet.
+func (s *SQL) PendingGroups(outbox string, ids []int64) (string, []any) {
 	cond, args := s.IDList(ids)
-	return s.p(`SELECT DISTINCT part, group_key FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + blockingStates +
+	return s.p(`SELECT DISTINCT part, group_key FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates +
 		` AND ` + cond), append([]any{outbox}, args...)
 }
 
