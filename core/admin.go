@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/outboxer-go/outboxer/core/internal/dialect"
 )
 
 // Counts is the number of messages of an outbox by state.
@@ -27,9 +29,9 @@ func (o *Outboxer) Counts(ctx context.Context, outbox string) (Counts, error) {
 		if err := scan(&state, &n); err != nil {
 			return err
 		}
-		switch State(state) {
+		switch storedState(state) {
 		case Pending:
-			c.Pending = n
+			c.Pending += n
 		case Delivered:
 			c.Delivered = n
 		case Dead:
@@ -104,9 +106,19 @@ func scanEnvelope(scan func(...any) error) (Envelope, error) {
 			e.LastError = he.Error()
 		}
 	}
-	e.State = State(state)
+	e.State = storedState(state)
 	e.CreatedAt, e.AvailableAt = created.Time, available.Time
 	return e, nil
+}
+
+// storedState is the State of a value of the state column: the engine stores pending
+// messages as ready, waiting or held (StoredPendingStates).
+func storedState(v int) State {
+	switch v {
+	case dialect.Ready, dialect.Waiting, dialect.Held:
+		return Pending
+	}
+	return State(v)
 }
 
 // finishEnvelope fills in what the nullable columns say.
@@ -151,13 +163,71 @@ func (o *Outboxer) Discard(ctx context.Context, outbox string, ids ...int64) (in
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	q, args := ob.sql.DeleteIDs(outbox, ids)
-	res, err := o.cfg.DB.ExecContext(ctx, q, args...)
+	n, err := o.discard(ctx, ob, ids)
 	if err != nil {
 		return 0, fmt.Errorf("outboxer: discard from %q: %w", outbox, err)
 	}
+	ob.signalAll(wakeNow)
+	return n, nil
+}
+
+// discard deletes messages by ID and, in the same transaction, releases the held
+// messages of the groups of those that were pending: nothing else would. That includes a
+// retry the relay has in hand (ready again, no longer waiting): its failure, recorded
+// after, finds no row and releases nothing. The
+// transaction first locks the outbox's lease rows, which every worker's holding and
+// confirming transaction locks first too, so a worker cannot hold a message behind one
+// deleted meanwhile.
+func (o *Outboxer) discard(ctx context.Context, ob *box, ids []int64) (int64, error) {
+	s := ob.sql
+	tx, err := o.cfg.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	if o.kind != dialect.SQLite { // one writer: nothing to lock
+		if err := queryRows(ctx, tx, s.LockLeases, []any{ob.name}, func(func(...any) error) error { return nil }); err != nil {
+			return 0, fmt.Errorf("lock leases: %w", err)
+		}
+	}
+	release := map[int][]string{}
+	if ob.cfg.Ordering != OrderNone {
+		q, args := s.PendingGroups(ob.name, ids)
+		err = queryRows(ctx, tx, q, args, func(scan func(...any) error) error {
+			var part int
+			var group string
+			if err := scan(&part, &group); err != nil {
+				return err
+			}
+			if ob.cfg.Ordering == OrderTotal {
+				release[part] = nil
+			} else if group != "" {
+				release[part] = append(release[part], group)
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	q, args := s.DeleteIDs(ob.name, ids)
+	res, err := tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
 	n, _ := res.RowsAffected()
-	ob.signalAll(wakeRecheck)
+	for part, groups := range release {
+		if groups == nil && ob.cfg.Ordering != OrderTotal {
+			continue
+		}
+		q, args := s.Release(ob.name, part, groups)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return 0, fmt.Errorf("release held messages: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
 	return n, nil
 }
 

@@ -38,7 +38,7 @@ func (o *Outboxer) Drain(ctx context.Context, outbox string) (DrainResult, error
 	owner := newOwner()
 	for p := range ob.cfg.Partitions {
 		w := newWorker(o, ob, p, owner)
-		w.forever = true
+		w.once = true
 		w.hooks = func(out outcome) {
 			res.Delivered += len(out.delivered)
 			res.Failed += len(out.failed)

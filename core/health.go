@@ -230,7 +230,7 @@ func healthQuery(s *dialect.SQL) string {
 		`SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END), ` +
 		`SUM(CASE WHEN attempts = 0 AND available_at > ` + now + ` THEN 1 ELSE 0 END), ` +
 		s.TimeCol(`MIN(`+dueSince+`)`) + `, ` + s.TimeCol(now) +
-		` FROM ` + s.Messages + ` WHERE outbox = ? AND state = 0 GROUP BY part` +
+		` FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + dialect.PendingStates + ` GROUP BY part` +
 		` UNION ALL ` +
 		`SELECT 2, part, COUNT(*), 0, 0, NULL, ` + s.TimeCol(now) +
 		` FROM ` + s.Messages + ` WHERE outbox = ? AND state = 2 GROUP BY part`

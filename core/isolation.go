@@ -70,3 +70,21 @@ func (o *Outboxer) strictIsolation(ctx context.Context) bool {
 	}
 	return strict
 }
+
+// execCommitted runs one statement of the engine on the pool, in a READ COMMITTED
+// transaction of its own when the pool's default isolation is one it cannot run at.
+func (o *Outboxer) execCommitted(ctx context.Context, query string, args ...any) error {
+	if !o.strictIsolation(ctx) {
+		_, err := o.cfg.DB.ExecContext(ctx, query, args...)
+		return err
+	}
+	tx, err := o.cfg.DB.BeginTx(ctx, o.txOptions())
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

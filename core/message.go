@@ -3,6 +3,8 @@ package core
 import (
 	"reflect"
 	"time"
+
+	"github.com/outboxer-go/outboxer/core/internal/dialect"
 )
 
 // Message is something that can be published: a value naming the outbox it goes to.
@@ -41,6 +43,14 @@ const (
 	// Dead messages failed MaxAttempts times (or permanently) and wait for RetryDead or Discard.
 	Dead
 )
+
+// StoredPendingStates is the list of the values of the state column that are Pending,
+// parenthesised, for SQL of your own over the outbox table (a report, a dashboard):
+// "WHERE state IN " + StoredPendingStates. The table stores Delivered and Dead as their
+// State values; a pending message is stored as ready (0), waiting for its time (3:
+// scheduled, or waiting for a retry) or held behind an earlier message of its group (4),
+// so that delivery reads only what can go now.
+const StoredPendingStates = dialect.PendingStates
 
 // String returns "pending", "delivered" or "dead".
 func (s State) String() string {

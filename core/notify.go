@@ -66,7 +66,7 @@ func (o *Outboxer) listenOnce(ctx context.Context) error {
 // notified wakes the workers a notification names ("outbox:p1,p2", or "outbox" for all
 // its partitions), or every worker when it names nothing this instance knows.
 func (o *Outboxer) notified(payload string) {
-	name, parts, _ := strings.Cut(payload, ":")
+	name, parts := splitPayload(payload)
 	if ob, ok := o.outboxes[name]; ok {
 		if parts == "" {
 			ob.signalAll(wakeNow)
@@ -85,6 +85,23 @@ func (o *Outboxer) notified(payload string) {
 	for _, ob := range o.outboxes {
 		ob.signalAll(wakeNow)
 	}
+}
+
+// splitPayload splits a notification into the outbox name and the partition list. The
+// name may hold colons too: the list is what follows the last one, when it is a list of
+// numbers.
+func splitPayload(payload string) (name, parts string) {
+	i := strings.LastIndexByte(payload, ':')
+	if i < 0 {
+		return payload, ""
+	}
+	parts = payload[i+1:]
+	for _, f := range strings.Split(parts, ",") {
+		if _, err := strconv.Atoi(f); err != nil {
+			return payload, "" // a name ending in a colon and something else
+		}
+	}
+	return payload[:i], parts
 }
 
 // notificationWaiter returns a function waiting for the next notification on a pgx

@@ -49,7 +49,7 @@ type wakeKind uint8
 const (
 	wakeNow     wakeKind = iota + 1 // rows were committed: fetch now
 	wakeSoon                        // rows were written in a transaction that may commit soon
-	wakeRecheck                     // blocked groups may have changed (discard, retry)
+	wakeRecheck                     // messages or the pause changed (discard, retry, pause): read the lease now
 )
 
 // New checks cfg, applies the defaults and returns an instance. It returns a *ConfigError

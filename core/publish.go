@@ -404,7 +404,7 @@ func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {
 	for _, r := range rows {
 		args = append(args, r.env.Outbox, r.env.Type, r.env.GroupKey, r.env.Partition, r.env.Payload, r.headers)
 		if delayed {
-			args = append(args, r.delay)
+			args = append(args, rowState(r.delay), r.delay)
 		}
 	}
 	if notify {
@@ -455,6 +455,15 @@ func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {
 	return nil
 }
 
+// rowState is the state a new row is stored in: waiting when it is scheduled, so that no
+// fetch reads it before it is due.
+func rowState(delay int64) int {
+	if delay > 0 {
+		return dialect.Waiting
+	}
+	return dialect.Ready
+}
+
 // insertSQLite inserts without RETURNING, which costs SQLite a third of the statement:
 // the IDs are consecutive up to the last insert ID (one writer), and the times come from
 // this process's clock, which is the embedded database's clock.
@@ -466,7 +475,7 @@ func (o *Outboxer) insertSQLite(ctx context.Context, db Executor, rows []row) er
 	args := make([]any, 0, len(rows)*8)
 	for _, r := range rows {
 		args = append(args, r.env.Outbox, r.env.Type, r.env.GroupKey, r.env.Partition, r.env.Payload, r.headers,
-			now.UnixMicro(), now.UnixMicro()+r.delay)
+			rowState(r.delay), now.UnixMicro(), now.UnixMicro()+r.delay)
 	}
 	res, err := db.ExecContext(ctx, s.InsertTimed(len(rows)), args...)
 	if err != nil {

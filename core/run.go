@@ -231,7 +231,7 @@ func (w *worker) loop(stop, hard context.Context) {
 		if len(soon) > 0 {
 			wait, soon = soon[0], soon[1:]
 		}
-		if until := w.nextUnblock(); until > 0 && until < wait {
+		if until, err := w.nextDue(stop); err == nil && until > 0 && until < wait {
 			wait = until
 		}
 		k, ok := w.idle(stop, wake, wait)
@@ -242,7 +242,6 @@ func (w *worker) loop(stop, hard context.Context) {
 		case wakeSoon:
 			soon = []time.Duration{time.Millisecond, 4 * time.Millisecond, 16 * time.Millisecond, 64 * time.Millisecond}
 		case wakeRecheck:
-			w.checkedAt = time.Time{}
 			w.renewedAt = time.Time{} // read the paused flag now
 		}
 	}
@@ -284,20 +283,6 @@ func (w *worker) idle(stop context.Context, wake <-chan wakeKind, wait time.Dura
 			return 0, true // the loop takes it from there
 		}
 	}
-}
-
-// nextUnblock is how long until the earliest blocked group may move again (0: none).
-// In Drain (forever) nothing unblocks, but Drain does not wait.
-func (w *worker) nextUnblock() time.Duration {
-	var next time.Duration
-	now := time.Now()
-	for _, b := range w.blocked {
-		d := max(b.until.Sub(now), time.Millisecond) // one that is over: look again at once
-		if next == 0 || d < next {
-			next = d
-		}
-	}
-	return next
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -32,24 +32,18 @@ type worker struct {
 	renewedAt time.Time // local clock, taken before the statement that renewed
 	until     time.Time // local clock: the lease is trusted until then
 
-	// blocked holds, per group, the ID from which the group must not be fetched (its
-	// message waits for a retry or is scheduled), and when that is expected to end.
-	blocked   map[string]block
-	checkedAt time.Time // last time blocked was checked against the table
-	forever   bool      // Drain: failed messages stay blocked for the rest of the call
-	skip      []int64   // Drain: unordered messages that failed during the call
-	relayName string
+	// promotedAt is when the due waiting rows were last made ready; fullAt whether the
+	// last fetch came back full (busy: promote now and then, not before every batch).
+	promotedAt time.Time
+	full       bool
+	once       bool // Drain: promote once, so that what fails during the call waits
+	relayName  string
 	// unreadable holds the messages of the last fetch whose headers cannot be read.
 	unreadable []failure
 	// pauses is the box's count of Pause and Resume calls when the flag was last read.
 	pauses uint64
 	// hooks, when set, sees every confirmed outcome (Drain counts with it).
 	hooks func(outcome)
-}
-
-type block struct {
-	from  int64
-	until time.Time // local clock
 }
 
 // totalGroup stands for the whole partition in OrderTotal.
@@ -59,7 +53,6 @@ func newWorker(o *Outboxer, ob *box, part int, owner string) *worker {
 	return &worker{
 		o: o, ob: ob, part: part, owner: owner,
 		log:       o.cfg.Logger.With("outboxer", o.cfg.Name, "outbox", ob.name, "partition", part),
-		blocked:   map[string]block{},
 		relayName: relayName(ob.cfg.Relay),
 	}
 }
@@ -114,8 +107,6 @@ func (w *worker) acquire(ctx context.Context) (bool, error) {
 	w.held, w.paused = true, paused
 	w.renewedAt = start
 	w.trust(start)
-	// A new owner knows nothing of the blocked groups; the first fetches find them.
-	clear(w.blocked)
 	w.log.Debug("outboxer: partition acquired", "token", w.token)
 	return true, nil
 }
@@ -183,116 +174,177 @@ func (w *worker) group(e *Envelope) string {
 	return e.GroupKey
 }
 
-// exclusions returns the blocked groups to leave out of the next fetch, dropping those
-// whose wait is over.
-func (w *worker) exclusions(now time.Time) []dialect.Exclusion {
-	var out []dialect.Exclusion
-	for g, b := range w.blocked {
-		if !w.forever && !now.Before(b.until) {
-			delete(w.blocked, g)
-			continue
-		}
-		if g == totalGroup {
-			g = ""
-		}
-		out = append(out, dialect.Exclusion{Group: g, From: b.from})
-	}
-	return out
-}
+// promoteEvery is how often a busy worker makes due waiting rows ready; an idle one does
+// it before every fetch.
+const promoteEvery = 50 * time.Millisecond
 
-// recheck drops blocks whose message is no longer pending and waiting (discarded,
-// delivered elsewhere, revived): the table is the truth, memory only a shortcut.
-func (w *worker) recheck(ctx context.Context) error {
-	w.checkedAt = time.Now()
-	if len(w.blocked) == 0 || w.forever {
+// promote makes the partition's due waiting rows (scheduled, or waiting for a retry)
+// ready. The worker owns the partition, so nothing else promotes them.
+func (w *worker) promote(ctx context.Context) error {
+	if w.once && !w.promotedAt.IsZero() {
 		return nil
 	}
-	ids := make([]int64, 0, len(w.blocked))
-	for _, b := range w.blocked {
-		ids = append(ids, b.from)
-	}
-	q, args := w.ob.sql.StillBlocking(ids)
-	still := map[int64]bool{}
-	err := queryRows(ctx, w.o.cfg.DB, q, args, func(scan func(...any) error) error {
-		var id int64
-		if err := scan(&id); err != nil {
-			return err
-		}
-		still[id] = true
+	if w.full && time.Since(w.promotedAt) < promoteEvery {
 		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("recheck blocked groups: %w", err)
 	}
-	for g, b := range w.blocked {
-		if !still[b.from] {
-			delete(w.blocked, g)
-		}
+	w.promotedAt = time.Now()
+	if err := w.o.execCommitted(ctx, w.ob.sql.Promote, w.ob.name, w.part); err != nil {
+		return fmt.Errorf("promote due messages: %w", err)
 	}
 	return nil
 }
 
-// fetch reads the next deliverable messages of the partition in ID order. Rows not yet
-// available block their group from their ID on.
-func (w *worker) fetch(ctx context.Context) (batch []Envelope, fetched int, err error) {
-	cfg := w.ob.cfg
-	now := time.Now()
-	q, args := w.ob.sql.Fetch(w.ob.name, w.part, cfg.BatchSize, w.mode(), w.exclusions(now), w.skip)
+// nextDue is how long until the partition's next waiting row is due (0: none waits).
+func (w *worker) nextDue(ctx context.Context) (time.Duration, error) {
+	var micros sql.NullInt64
+	if err := w.o.cfg.DB.QueryRowContext(ctx, w.ob.sql.NextDue, w.ob.name, w.part).Scan(&micros); err != nil {
+		return 0, fmt.Errorf("next due message: %w", err)
+	}
+	if !micros.Valid {
+		return 0, nil
+	}
+	return max(time.Duration(micros.Int64)*time.Microsecond, time.Millisecond), nil
+}
+
+// fetch reads the next ready messages of the partition in ID order. Those behind a
+// waiting or held message of their group are not in the batch: behind lists them.
+func (w *worker) fetch(ctx context.Context) (batch []Envelope, behind []int64, fetched int, err error) {
+	q, args := w.ob.sql.Fetch(w.ob.name, w.part, w.ob.cfg.BatchSize, w.mode())
 	var exec Executor = w.o.cfg.DB
 	if w.o.strictIsolation(ctx) {
 		// The pool reads at another level: read only what is committed, whatever it says.
 		tx, err := w.o.cfg.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: true})
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		defer tx.Rollback()
 		exec = tx
 	}
-	blockedHere := map[string]bool{}
+	dying := map[string]bool{} // groups with an unreadable message in this fetch
 	err = queryRows(ctx, exec, q, args, func(scan func(...any) error) error {
 		var (
-			ready bool
+			back  bool
 			dbNow dbTime
 		)
-		e, err := w.scanFetched(scan, &ready, &dbNow)
+		e, err := w.scanFetched(scan, &back, &dbNow)
 		var he *headersError
 		unreadable := errors.As(err, &he)
 		if err != nil && !unreadable {
 			return err
 		}
 		fetched++
-		g := w.group(&e)
-		if g != "" && blockedHere[g] {
+		if back {
+			behind = append(behind, e.ID)
 			return nil
+		}
+		g := w.group(&e)
+		if g != "" && dying[g] {
+			return nil // ready again once the unreadable one is dead
 		}
 		if unreadable {
 			// It goes dead alone, with the reason; its group waits for that, the
 			// partition does not.
 			w.unreadable = append(w.unreadable, failure{env: &e, err: Permanent(he)})
 			if g != "" {
-				blockedHere[g] = true
+				dying[g] = true
 			}
-			return nil
-		}
-		if !ready {
-			if g == "" {
-				return nil // unordered and not due yet: nothing waits for it
-			}
-			// Waiting for a retry or scheduled: its group waits too.
-			blockedHere[g] = true
-			w.blocked[g] = block{from: e.ID, until: now.Add(e.AvailableAt.Sub(dbNow.Time))}
 			return nil
 		}
 		batch = append(batch, e)
 		return nil
 	})
-	return batch, fetched, err
+	return batch, behind, fetched, err
+}
+
+// hold makes the given ready rows held, in a transaction fenced by the lease: a worker
+// that lost its partition must not hold rows its successor would never release.
+func (w *worker) hold(ctx context.Context, ids []int64) error {
+	return w.retry(ctx, func() error {
+		return w.fenced(ctx, func(tx *sql.Tx) error {
+			q, args := w.ob.sql.Hold(ids, w.mode() == dialect.Grouped)
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+				return fmt.Errorf("hold messages: %w", err)
+			}
+			return nil
+		})
+	})
+}
+
+// fenced runs f in a transaction that first checks (and extends) the lease, and commits it.
+func (w *worker) fenced(ctx context.Context, f func(*sql.Tx) error) error {
+	start := time.Now()
+	tx, err := w.o.cfg.DB.BeginTx(ctx, w.o.txOptions())
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, w.ob.sql.FenceLease, w.lease().Microseconds(), w.ob.name, w.part, w.token)
+	if err != nil {
+		return fmt.Errorf("check lease: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		w.lost()
+		return ErrLeaseLost
+	}
+	if err := f(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	w.trust(start)
+	return nil
+}
+
+// releases lists the groups whose held rows an outcome frees: those of the messages
+// that were waiting (retried or scheduled) and are now delivered or dead. nil: none;
+// in OrderTotal, a list with totalGroup for the whole partition.
+func (w *worker) releases(batch []Envelope, out outcome) []string {
+	if w.ob.cfg.Ordering == OrderNone {
+		return nil
+	}
+	byID := make(map[int64]*Envelope, len(batch))
+	for i := range batch {
+		byID[batch[i].ID] = &batch[i]
+	}
+	seen := map[string]bool{}
+	var groups []string
+	add := func(e *Envelope) {
+		if g := w.group(e); g != "" && !seen[g] {
+			seen[g] = true
+			groups = append(groups, g)
+		}
+	}
+	for _, id := range out.delivered {
+		if e := byID[id]; e != nil && (e.Attempts > 0 || e.AvailableAt.After(e.CreatedAt)) {
+			add(e)
+		}
+	}
+	for _, f := range out.dead {
+		add(f.env)
+	}
+	return groups
+}
+
+// releaseHeld makes the held rows of groups ready again, in the confirming transaction.
+func (w *worker) releaseHeld(ctx context.Context, tx *sql.Tx, groups []string) error {
+	if len(groups) == 0 {
+		return nil
+	}
+	if groups[0] == totalGroup {
+		groups = nil
+	}
+	q, args := w.ob.sql.Release(w.ob.name, w.part, groups)
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return fmt.Errorf("release held messages: %w", err)
+	}
+	return nil
 }
 
 // scanFetched reads a row of the fetch query: only the columns the worker does not know
 // already (the outbox, the partition and the state are its own), as scanning is most of
 // a fetch's cost in Go.
-func (w *worker) scanFetched(scan func(...any) error, ready *bool, dbNow *dbTime) (Envelope, error) {
+func (w *worker) scanFetched(scan func(...any) error, behind *bool, dbNow *dbTime) (Envelope, error) {
 	var (
 		e         Envelope
 		headers   *string
@@ -300,7 +352,7 @@ func (w *worker) scanFetched(scan func(...any) error, ready *bool, dbNow *dbTime
 		created   dbTime
 		available dbTime
 	)
-	if err := scan(&e.ID, &e.Type, &e.GroupKey, &e.Payload, &headers, &e.Attempts, &lastError, &created, &available, ready, dbNow); err != nil {
+	if err := scan(&e.ID, &e.Type, &e.GroupKey, &e.Payload, &headers, &e.Attempts, &lastError, &created, &available, behind, dbNow); err != nil {
 		return Envelope{}, err
 	}
 	e.Outbox, e.Partition, e.State = w.ob.name, w.part, Pending
@@ -424,9 +476,9 @@ func errString(err error) string {
 //
 // A confirmation that fails for a passing reason (a deadlock with a publisher on MySQL, a
 // dropped connection) is tried again a few times: giving up means delivering the batch again.
-func (w *worker) confirm(ctx context.Context, deliverTx func(*sql.Tx) outcome) (out outcome, err error) {
+func (w *worker) confirm(ctx context.Context, batch []Envelope, deliverTx func(*sql.Tx) outcome) (out outcome, err error) {
 	err = w.retry(ctx, func() error {
-		out, err = w.confirmOnce(ctx, deliverTx)
+		out, err = w.confirmOnce(ctx, batch, deliverTx)
 		return err
 	})
 	return out, err
@@ -467,49 +519,37 @@ func (w *worker) confirmAll(ctx context.Context, ids []int64) error {
 	return nil
 }
 
-func (w *worker) confirmOnce(ctx context.Context, deliverTx func(*sql.Tx) outcome) (outcome, error) {
+func (w *worker) confirmOnce(ctx context.Context, batch []Envelope, deliverTx func(*sql.Tx) outcome) (out outcome, err error) {
 	s := w.ob.sql
-	start := time.Now()
-	tx, err := w.o.cfg.DB.BeginTx(ctx, w.o.txOptions())
+	err = w.fenced(ctx, func(tx *sql.Tx) error {
+		out = deliverTx(tx)
+		if len(out.delivered) > 0 {
+			var q string
+			var args []any
+			if w.ob.cfg.Retention.keep > 0 {
+				q, args = s.MarkDelivered(out.delivered)
+			} else {
+				q, args = s.DeletePending(out.delivered)
+			}
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+				return fmt.Errorf("confirm delivered: %w", err)
+			}
+		}
+		for _, f := range out.failed {
+			if _, err := tx.ExecContext(ctx, s.FailMessage, errString(f.err), f.delay.Microseconds(), f.env.ID, f.env.Attempts); err != nil {
+				return fmt.Errorf("record failure of %d: %w", f.env.ID, err)
+			}
+		}
+		for _, f := range out.dead {
+			if _, err := tx.ExecContext(ctx, s.KillMessage, errString(f.err), f.env.ID, f.env.Attempts); err != nil {
+				return fmt.Errorf("record dead %d: %w", f.env.ID, err)
+			}
+		}
+		return w.releaseHeld(ctx, tx, w.releases(batch, out))
+	})
 	if err != nil {
 		return outcome{}, err
 	}
-	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, s.FenceLease, w.lease().Microseconds(), w.ob.name, w.part, w.token)
-	if err != nil {
-		return outcome{}, fmt.Errorf("check lease: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		w.lost()
-		return outcome{}, ErrLeaseLost
-	}
-	out := deliverTx(tx)
-	if len(out.delivered) > 0 {
-		var q string
-		var args []any
-		if w.ob.cfg.Retention.keep > 0 {
-			q, args = s.MarkDelivered(out.delivered)
-		} else {
-			q, args = s.DeletePending(out.delivered)
-		}
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return outcome{}, fmt.Errorf("confirm delivered: %w", err)
-		}
-	}
-	for _, f := range out.failed {
-		if _, err := tx.ExecContext(ctx, s.FailMessage, errString(f.err), f.delay.Microseconds(), f.env.ID, f.env.Attempts); err != nil {
-			return outcome{}, fmt.Errorf("record failure of %d: %w", f.env.ID, err)
-		}
-	}
-	for _, f := range out.dead {
-		if _, err := tx.ExecContext(ctx, s.KillMessage, errString(f.err), f.env.ID, f.env.Attempts); err != nil {
-			return outcome{}, fmt.Errorf("record dead %d: %w", f.env.ID, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return outcome{}, fmt.Errorf("commit: %w", err)
-	}
-	w.trust(start)
 	return out, nil
 }
 
@@ -535,62 +575,52 @@ func (w *worker) deliverTx(ctx, dctx context.Context, txr TxRelay, batch []Envel
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	record := outcome{failed: out.failed, dead: out.dead}
-	if _, err := w.confirm(cctx, func(*sql.Tx) outcome { return record }); err != nil {
+	if _, err := w.confirm(cctx, batch, func(*sql.Tx) outcome { return record }); err != nil {
 		return outcome{}, fmt.Errorf("record failures: %w", err)
 	}
 	return out, nil
 }
 
 // deliverInTx runs DeliverTx in a transaction fenced by the lease and commits it with
-// the delivered rows removed; it rolls back when nothing was delivered. called says
-// whether the relay was called.
+// the delivered rows removed (and the groups they held released); it rolls back when
+// nothing was delivered. called says whether the relay was called.
 func (w *worker) deliverInTx(ctx context.Context, txr TxRelay, batch []Envelope) (out outcome, called bool, err error) {
 	s := w.ob.sql
-	start := time.Now()
-	tx, err := w.o.cfg.DB.BeginTx(ctx, w.o.txOptions())
-	if err != nil {
-		return outcome{}, false, fmt.Errorf("deliver in transaction: %w", err)
+	err = w.fenced(ctx, func(tx *sql.Tx) error {
+		called = true
+		out = w.judge(ctx, batch, w.call(func() error { return txr.DeliverTx(ctx, tx, batch) }))
+		if len(out.delivered) == 0 {
+			return errNothingDelivered
+		}
+		var q string
+		var args []any
+		if w.ob.cfg.Retention.keep > 0 {
+			q, args = s.MarkDelivered(out.delivered)
+		} else {
+			q, args = s.DeletePending(out.delivered)
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("confirm delivered: %w", err)
+		}
+		return w.releaseHeld(ctx, tx, w.releases(batch, outcome{delivered: out.delivered}))
+	})
+	if errors.Is(err, errNothingDelivered) {
+		return out, true, nil // rolled back: nothing to commit
 	}
-	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, s.FenceLease, w.lease().Microseconds(), w.ob.name, w.part, w.token)
-	if err != nil {
-		return outcome{}, false, fmt.Errorf("check lease: %w", err)
+	if err != nil && called {
+		return outcome{}, true, fmt.Errorf("deliver in transaction: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		w.lost()
-		return outcome{}, false, ErrLeaseLost
-	}
-	out = w.judge(ctx, batch, w.call(func() error { return txr.DeliverTx(ctx, tx, batch) }))
-	if len(out.delivered) == 0 {
-		return out, true, nil
-	}
-	var q string
-	var args []any
-	if w.ob.cfg.Retention.keep > 0 {
-		q, args = s.MarkDelivered(out.delivered)
-	} else {
-		q, args = s.DeletePending(out.delivered)
-	}
-	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-		return outcome{}, true, fmt.Errorf("confirm delivered: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return outcome{}, true, fmt.Errorf("commit delivery: %w", err)
-	}
-	w.trust(start)
-	return out, true, nil
+	return out, called, err
 }
+
+// errNothingDelivered rolls back a delivery transaction in which nothing was delivered.
+var errNothingDelivered = errors.New("nothing delivered")
 
 // step fetches one batch, hands it to the relay and confirms it. It reports how many
 // messages it fetched (0: nothing to do now).
 func (w *worker) step(ctx, hard context.Context) (int, error) {
 	if w.due() {
 		if err := w.renew(ctx); err != nil {
-			return 0, err
-		}
-	}
-	if time.Since(w.checkedAt) > w.ob.cfg.PollInterval*5 {
-		if err := w.recheck(ctx); err != nil {
 			return 0, err
 		}
 	}
@@ -604,8 +634,11 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 	if w.paused {
 		return 0, nil
 	}
+	if err := w.promote(ctx); err != nil {
+		return 0, err
+	}
 	w.unreadable = w.unreadable[:0]
-	batch, fetched, err := w.fetch(ctx)
+	batch, behind, fetched, err := w.fetch(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("fetch: %w", err)
 	}
@@ -614,8 +647,15 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 			return 0, err
 		}
 	}
+	w.full = fetched >= w.ob.cfg.BatchSize
+	if len(behind) > 0 {
+		// Read once: held, they are in no later fetch until their group moves.
+		if err := w.hold(ctx, behind); err != nil {
+			return 0, err
+		}
+	}
 	if len(batch) == 0 {
-		// Rows that were read but not deliverable blocked their groups; look again at once.
+		// Rows that were read were held; look again at once.
 		return fetched, nil
 	}
 	hooks, name := &w.o.cfg.Hooks, w.o.cfg.Name
@@ -652,10 +692,11 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 		// Confirm even after a cancelled delivery: what was delivered must be recorded.
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer ccancel()
-		if w.o.kind == dialect.Postgres && !w.o.strictIsolation(cctx) && len(out.failed) == 0 && len(out.dead) == 0 && len(out.delivered) > 0 {
+		if w.o.kind == dialect.Postgres && !w.o.strictIsolation(cctx) && len(out.failed) == 0 && len(out.dead) == 0 &&
+			len(out.delivered) > 0 && len(w.releases(batch, out)) == 0 {
 			err = w.retry(cctx, func() error { return w.confirmAll(cctx, out.delivered) })
 		} else {
-			out, err = w.confirm(cctx, func(*sql.Tx) outcome { return out })
+			out, err = w.confirm(cctx, batch, func(*sql.Tx) outcome { return out })
 		}
 	}
 	ev.Duration = time.Since(began)
@@ -665,16 +706,6 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 			hooks.OnBatchException(ev)
 		}
 		return fetched, fmt.Errorf("confirm batch: %w", err)
-	}
-	now := time.Now()
-	for _, f := range out.failed {
-		g := w.group(f.env)
-		switch {
-		case g != "":
-			w.blocked[g] = block{from: f.env.ID, until: now.Add(f.delay)}
-		case w.forever:
-			w.skip = append(w.skip, f.env.ID)
-		}
 	}
 	w.report(out)
 	if w.hooks != nil {
@@ -692,7 +723,7 @@ func (w *worker) killUnreadable(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	out := outcome{dead: w.unreadable}
-	if _, err := w.confirm(cctx, func(*sql.Tx) outcome { return out }); err != nil {
+	if _, err := w.confirm(cctx, nil, func(*sql.Tx) outcome { return out }); err != nil {
 		return fmt.Errorf("record unreadable messages: %w", err)
 	}
 	w.unreadable = nil

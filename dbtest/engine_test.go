@@ -508,8 +508,13 @@ func TestRelayLifecycleAndHooks(t *testing.T) {
 		"start orders 0 2", "retry 1 A down", "stop orders delivered=0 failed=1 dead=0",
 		"start orders 0 2", "stop orders delivered=2 failed=0 dead=0",
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("events:\n%q\nwant\n%q", got, want)
+	// Or: the retried message goes first while its group's next one is held, and that one
+	// follows in a batch of its own once the first is delivered.
+	held := append(slices.Clone(want[:4]),
+		"start orders 0 1", "stop orders delivered=1 failed=0 dead=0",
+		"start orders 0 1", "stop orders delivered=1 failed=0 dead=0")
+	if !slices.Equal(got, want) && !slices.Equal(got, held) {
+		t.Errorf("events:\n%q\nwant\n%q\nor\n%q", got, want, held)
 	}
 	// A relay that cannot start fails Run.
 	bad := &lifecycleRelay{startErr: errors.New("no broker")}

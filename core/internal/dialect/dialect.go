@@ -20,6 +20,30 @@ const (
 	MySQL
 )
 
+// The values of the state column. A pending message is ready, waiting or held; Fetch
+// reads ready rows only, so rows that cannot go now cost a fetch nothing.
+const (
+	// Ready rows are due and can be delivered once the earlier rows of their group are.
+	Ready = 0
+	// Delivered rows are kept for their retention (KeepFor).
+	Delivered = 1
+	// Dead rows failed for the last time.
+	Dead = 2
+	// Waiting rows are scheduled, or wait for a retry, until available_at; Promote makes
+	// the due ones ready.
+	Waiting = 3
+	// Held rows are grouped rows behind an earlier waiting or held row of their group;
+	// Release makes them ready when the rows ahead of them are resolved.
+	Held = 4
+)
+
+// PendingStates is the parenthesised list of the states of a pending message, for
+// "state IN PendingStates": every statement that reads the backlog uses it.
+const PendingStates = "(0, 3, 4)"
+
+// blockingStates are the states of a row that holds back the later rows of its group.
+const blockingStates = "(3, 4)"
+
 // SQL holds the statements of one message table (and its lease table) in one dialect.
 // Statements are written with ? placeholders and rewritten for PostgreSQL once.
 type SQL struct {
@@ -35,6 +59,11 @@ type SQL struct {
 	FailMessage, KillMessage                                                   string
 	Counts, ListPending, ListDead, RetryDeadAll, Prune, PartitionsInUse        string
 	LeaseStatus, MovePartitions, NotifyChannel                                 string
+	// Promote makes the partition's due waiting rows ready; NextDue reads how long until
+	// the next waiting row is due (microseconds, NULL when none waits).
+	Promote, NextDue string
+	// LockLeases locks the lease rows of an outbox (not SQLite: it has one writer).
+	LockLeases string
 
 	// inserts caches the INSERT statements of up to cachedRows rows: a publish builds
 	// none of its SQL text, and PostgreSQL drivers find their prepared statement by it.
@@ -88,16 +117,21 @@ func New(kind Kind, schema, table string) *SQL {
 		` WHERE outbox = ? ORDER BY part`)
 
 	s.FailMessage = s.p(`UPDATE ` + s.Messages + ` SET attempts = attempts + 1, last_error = ?, available_at = ` + s.NowPlus("?") +
-		` WHERE id = ? AND state = 0 AND attempts = ?`)
+		`, state = ` + strconv.Itoa(Waiting) + ` WHERE id = ? AND state = 0 AND attempts = ?`)
 	s.KillMessage = s.p(`UPDATE ` + s.Messages + ` SET attempts = attempts + 1, last_error = ?, state = 2` +
 		` WHERE id = ? AND state = 0 AND attempts = ?`)
 
 	s.Counts = s.p(`SELECT state, COUNT(*) FROM ` + s.Messages + ` WHERE outbox = ? GROUP BY state`)
-	s.ListPending = s.p(`SELECT ` + cols + ` FROM ` + s.Messages + ` WHERE outbox = ? AND state = 0 ORDER BY id LIMIT ?`)
+	s.ListPending = s.p(`SELECT ` + cols + ` FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates + ` ORDER BY id LIMIT ?`)
 	s.ListDead = s.p(`SELECT ` + cols + ` FROM ` + s.Messages + ` WHERE outbox = ? AND state = 2 ORDER BY id LIMIT ?`)
 	s.RetryDeadAll = s.p(`UPDATE ` + s.Messages + ` SET state = 0, attempts = 0, available_at = ` + now + ` WHERE outbox = ? AND state = 2`)
-	s.PartitionsInUse = s.p(`SELECT DISTINCT part FROM ` + s.Messages + ` WHERE outbox = ? AND state = 0 AND part >= ?`)
-	s.MovePartitions = s.p(`UPDATE ` + s.Messages + ` SET part = MOD(part, ?) WHERE outbox = ? AND state = 0 AND part >= ?`)
+	s.PartitionsInUse = s.p(`SELECT DISTINCT part FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates + ` AND part >= ?`)
+	s.MovePartitions = s.p(`UPDATE ` + s.Messages + ` SET part = MOD(part, ?) WHERE outbox = ? AND state IN ` + PendingStates + ` AND part >= ?`)
+	s.LockLeases = s.p(`SELECT part FROM ` + s.Leases + ` WHERE outbox = ? ORDER BY part FOR UPDATE`)
+	s.Promote = s.p(`UPDATE ` + s.Messages + ` SET state = ` + strconv.Itoa(Ready) + ` WHERE outbox = ? AND state = ` + strconv.Itoa(Waiting) +
+		` AND part = ? AND available_at <= ` + now)
+	s.NextDue = s.p(`SELECT ` + s.micros(`MIN(available_at)`) + ` - ` + s.micros(now) + ` FROM ` + s.Messages +
+		` WHERE outbox = ? AND state = ` + strconv.Itoa(Waiting) + ` AND part = ?`)
 	switch kind {
 	case MySQL:
 		s.Prune = s.p(`DELETE FROM ` + s.Messages + ` WHERE outbox = ? AND state = 1 AND delivered_at < ` + s.NowPlus("?") + ` LIMIT 5000`)
@@ -210,10 +244,11 @@ func (s *SQL) envelopeColumns() string {
 
 // Insert returns an INSERT of n rows that returns id and created_at per row, and with
 // delayed also available_at. Each row takes (outbox, type, group_key, part, payload,
-// headers), and with delayed also a delay in microseconds; without it, the column
-// defaults give created_at and available_at the same value (the database clock at the
-// start of the transaction on PostgreSQL, of the statement on MariaDB), so the
-// statement neither sends nor reads back the second.
+// headers), and with delayed also its state (Waiting when scheduled, Ready otherwise) and
+// a delay in microseconds, counted from the database clock at the insert; without it,
+// the column defaults give created_at and available_at the same value (the database
+// clock at the start of the transaction on PostgreSQL, of the statement on MariaDB), so
+// the statement neither sends nor reads back the second.
 // With notify, the statement also sends one notification on NotifyChannel with the
 // given payload (PostgreSQL only; notifications are sent at commit, once per payload).
 func (s *SQL) Insert(n int, delayed, notify bool) string {
@@ -239,8 +274,8 @@ func (s *SQL) insert(n int, delayed, notify bool) string {
 	b.WriteString(s.Messages)
 	row := `(?, ?, ?, ?, ?, ?)`
 	if delayed {
-		b.WriteString(` (outbox, type, group_key, part, payload, headers, created_at, available_at) VALUES `)
-		row = `(?, ?, ?, ?, ?, ?, ` + s.Now() + `, ` + s.NowPlus("?") + `)`
+		b.WriteString(` (outbox, type, group_key, part, payload, headers, state, created_at, available_at) VALUES `)
+		row = `(?, ?, ?, ?, ?, ?, ?, ` + s.Now() + `, ` + s.insertPlus("?") + `)`
 	} else {
 		b.WriteString(` (outbox, type, group_key, part, payload, headers) VALUES `)
 	}
@@ -260,8 +295,29 @@ func (s *SQL) insert(n int, delayed, notify bool) string {
 	return s.p(b.String())
 }
 
+// insertPlus is the database clock at the insert plus a number of microseconds. On
+// PostgreSQL now() is the start of the transaction, which may be long before the
+// insert: a delay counts from the statement's clock.
+func (s *SQL) insertPlus(micros string) string {
+	if s.Kind == Postgres {
+		return `(clock_timestamp() + ` + micros + `::bigint * interval '1 microsecond')`
+	}
+	return s.NowPlus(micros)
+}
+
+// micros is a time expression in microseconds since the epoch.
+func (s *SQL) micros(t string) string {
+	switch s.Kind {
+	case SQLite:
+		return t
+	case MySQL:
+		return `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ` + t + `)`
+	}
+	return `CAST(EXTRACT(EPOCH FROM ` + t + `) * 1000000 AS bigint)`
+}
+
 // InsertTimed (SQLite) returns an INSERT of n rows, each taking (outbox, type, group_key,
-// part, payload, headers, created_at, available_at) with the times in microseconds, that
+// part, payload, headers, state, created_at, available_at) with the times in microseconds, that
 // returns nothing: SQLite has one writer, so the rows of one statement get consecutive
 // IDs ending at the last insert ID, and its clock is this process's clock.
 func (s *SQL) InsertTimed(n int) string {
@@ -270,12 +326,12 @@ func (s *SQL) InsertTimed(n int) string {
 
 func (s *SQL) insertTimed(n int) string {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO ` + s.Messages + ` (outbox, type, group_key, part, payload, headers, created_at, available_at) VALUES `)
+	b.WriteString(`INSERT INTO ` + s.Messages + ` (outbox, type, group_key, part, payload, headers, state, created_at, available_at) VALUES `)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(`(?, ?, ?, ?, ?, ?, ?, ?)`)
+		b.WriteString(`(?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	}
 	return b.String()
 }
@@ -304,87 +360,93 @@ const (
 	Unordered             // nothing blocks
 )
 
-// Exclusion is a group that must not be fetched from ID From on: its message From waits
-// for a retry or is scheduled later. In Total mode the group is ignored.
-type Exclusion struct {
-	Group string
-	From  int64
-}
-
-// Fetch returns the query for the next pending messages of a partition in ID order, and
+// Fetch returns the query for the next ready messages of a partition in ID order, and
 // its arguments. The columns are id, type, group_key, payload, headers, attempts,
 // last_error, created_at, available_at (what the caller does not know already), then
-// whether the row is available now, then the database clock. Unordered messages that are not available yet are left out by
-// the query; an ordered one is returned (not available), so that the caller learns its
-// group is blocked and excludes it from then on.
-//
-// skip lists IDs never to return (Drain leaves what failed during the call alone).
-func (s *SQL) Fetch(outbox string, part, limit int, mode Mode, excl []Exclusion, skip []int64) (string, []any) {
-	var b strings.Builder
+// whether the row is behind an earlier waiting or held row of its group (of the
+// partition, in Total mode), then the database clock. A row behind must not be delivered
+// now: the caller holds it (Hold), and it costs no later fetch anything.
+func (s *SQL) Fetch(outbox string, part, limit int, mode Mode) (string, []any) {
 	now := s.Now()
-	args := []any{outbox, part}
-	// The table is aliased m: the subqueries below read columns named like its own
-	// (json_each has an id column).
-	b.WriteString(`SELECT id, type, group_key, payload, headers, attempts, last_error, ` + s.TimeCol("created_at") + `, ` +
-		s.TimeCol("available_at") + `, available_at <= ` + now + `, ` + s.TimeCol(now) +
-		` FROM ` + s.Messages + ` AS m WHERE outbox = ? AND part = ? AND state = 0`)
+	behind := `0`
 	switch mode {
-	case Unordered:
-		b.WriteString(` AND available_at <= ` + now)
-	case Total:
-		if len(excl) > 0 {
-			lowest := excl[0].From
-			for _, e := range excl {
-				lowest = min(lowest, e.From)
-			}
-			b.WriteString(` AND id < ?`)
-			args = append(args, lowest)
-		}
 	case Grouped:
-		b.WriteString(` AND (group_key <> '' OR available_at <= ` + now + `)`)
-		if len(excl) > 0 {
-			cond, more := s.excluded(excl)
-			b.WriteString(` AND NOT EXISTS (` + cond + `)`)
-			args = append(args, more...)
-		}
+		behind = `(m.group_key <> '' AND ` + s.behind(true) + `)`
+	case Total:
+		behind = s.behind(false)
 	}
-	if len(skip) > 0 {
-		cond, more := s.IDList(skip)
-		b.WriteString(` AND NOT (` + cond + `)`)
+	return s.p(`SELECT id, type, group_key, payload, headers, attempts, last_error, ` + s.TimeCol("created_at") + `, ` +
+		s.TimeCol("available_at") + `, ` + behind + `, ` + s.TimeCol(now) +
+		` FROM ` + s.Messages + ` AS m WHERE outbox = ? AND state = 0 AND part = ? ORDER BY id LIMIT ?`), []any{outbox, part, limit}
+}
+
+// behind is a condition on a row m: an earlier row of its group (or of its partition,
+// without grouped) waits or is held.
+func (s *SQL) behind(grouped bool) string {
+	g := ``
+	if grouped {
+		g = ` AND b.group_key = m.group_key`
+	}
+	hint := ``
+	if s.Kind == MySQL {
+		// Left to itself, MariaDB probes through the index of delivered rows.
+		hint = ` FORCE INDEX (` + s.Quote(s.Table+"_blocking") + `)`
+	}
+	return `EXISTS (SELECT 1 FROM ` + s.Messages + ` AS b` + hint + ` WHERE b.outbox = m.outbox AND b.part = m.part` + g +
+		` AND b.state IN ` + blockingStates + ` AND b.id < m.id)`
+}
+
+// Hold makes ready rows held, those of ids that are still behind an earlier waiting or
+// held row (grouped: of their group; otherwise of their partition).
+func (s *SQL) Hold(ids []int64, grouped bool) (string, []any) {
+	cond, args := s.IDList(ids)
+	// (MariaDB reads the table an UPDATE changes in its subqueries, from 10.3.2 on.)
+	table := s.Messages + ` AS m`
+	if s.Kind == MySQL {
+		table += ` FORCE INDEX (PRIMARY)` // see updateByID
+	}
+	return s.p(`UPDATE ` + table + ` SET state = ` + strconv.Itoa(Held) + ` WHERE m.state = 0 AND m.` + cond +
+		` AND ` + s.behind(grouped)), args
+}
+
+// PendingGroups returns the query for the partition and group key of the given pending
+// messages of an outbox. Whatever its state, a pending message may have later messages
+// of its group held behind it: a waiting or held one, and also a ready one that was
+// waiting (its retry or its time came) and is not delivered yet.
+func (s *SQL) PendingGroups(outbox string, ids []int64) (string, []any) {
+	cond, args := s.IDList(ids)
+	return s.p(`SELECT DISTINCT part, group_key FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates +
+		` AND ` + cond), append([]any{outbox}, args...)
+}
+
+// Release makes the held rows of a partition ready: those of the given groups, or all
+// of them when groups is nil. A released row still behind a waiting one is held again by
+// the next fetch that reads it.
+func (s *SQL) Release(outbox string, part int, groups []string) (string, []any) {
+	q := `UPDATE ` + s.Messages + ` SET state = 0 WHERE outbox = ? AND state = ` + strconv.Itoa(Held) + ` AND part = ?`
+	args := []any{outbox, part}
+	if groups != nil {
+		cond, more := s.stringList("group_key", groups)
+		q += ` AND ` + cond
 		args = append(args, more...)
 	}
-	b.WriteString(` ORDER BY id LIMIT ?`)
-	args = append(args, limit)
-	return s.p(b.String()), args
+	return s.p(q), args
 }
 
-// excluded is a subquery matching rows of the excluded groups from their blocking IDs on.
-// The exclusions travel as one or two parameters (arrays or JSON), however many there are.
-func (s *SQL) excluded(excl []Exclusion) (string, []any) {
+// stringList returns a condition "col IN (…)" for vals, and its arguments.
+func (s *SQL) stringList(col string, vals []string) (string, []any) {
 	switch s.Kind {
 	case Postgres:
-		groups := make([]string, len(excl))
-		froms := make([]int64, len(excl))
-		for i, e := range excl {
-			groups[i], froms[i] = e.Group, e.From
-		}
-		return `SELECT 1 FROM unnest(?::text[], ?::bigint[]) AS x(g, f) WHERE x.g = m.group_key AND m.id >= x.f`,
-			[]any{pgTextArray(groups), pgIntArray(froms)}
+		return col + ` = ANY(?::text[])`, []any{pgTextArray(vals)}
 	case SQLite:
-		return `SELECT 1 FROM json_each(?) AS x WHERE x.value ->> 0 = m.group_key AND m.id >= x.value ->> 1`,
-			[]any{jsonPairs(excl)}
+		b, _ := json.Marshal(vals) // strings always encode
+		return col + ` IN (SELECT value FROM json_each(?))`, []any{string(b)}
 	}
-	return `SELECT 1 FROM JSON_TABLE(?, '$[*]' COLUMNS (g VARCHAR(255) PATH '$[0]', f BIGINT PATH '$[1]')) AS x` +
-		` WHERE x.g COLLATE utf8mb4_bin = m.group_key AND m.id >= x.f`, []any{jsonPairs(excl)}
-}
-
-func jsonPairs(excl []Exclusion) string {
-	pairs := make([][2]any, len(excl))
-	for i, e := range excl {
-		pairs[i] = [2]any{e.Group, e.From}
+	args := make([]any, len(vals))
+	for i, v := range vals {
+		args[i] = v
 	}
-	b, _ := json.Marshal(pairs) // strings and integers always encode
-	return string(b)
+	return col + ` IN (?` + strings.Repeat(`, ?`, len(vals)-1) + `)`, args
 }
 
 // pgTextArray writes a PostgreSQL array literal of text values.
@@ -500,12 +562,6 @@ func (s *SQL) RetryDeadIDs(outbox string, ids []int64) (string, []any) {
 		` WHERE outbox = ? AND state = 2 AND ` + cond), append([]any{outbox}, args...)
 }
 
-// StillBlocking returns, of the given IDs, those still pending and not yet available.
-func (s *SQL) StillBlocking(ids []int64) (string, []any) {
-	cond, args := s.IDList(ids)
-	return s.p(`SELECT id FROM ` + s.Messages + ` WHERE state = 0 AND available_at > ` + s.Now() + ` AND ` + cond), args
-}
-
 // Up returns the statements that create the tables and indexes, idempotently.
 func (s *SQL) Up() []string {
 	idx := func(suffix string) string { return s.Quote(s.Table + "_" + suffix) }
@@ -534,6 +590,9 @@ func (s *SQL) Up() []string {
 			`CREATE INDEX IF NOT EXISTS `+idx("pending")+` ON `+s.Messages+` (outbox, part, id) WHERE state = 0`,
 			`CREATE INDEX IF NOT EXISTS `+idx("dead")+` ON `+s.Messages+` (outbox, id) WHERE state = 2`,
 			`CREATE INDEX IF NOT EXISTS `+idx("delivered")+` ON `+s.Messages+` (outbox, delivered_at) WHERE state = 1`,
+			`CREATE INDEX IF NOT EXISTS `+idx("waiting")+` ON `+s.Messages+` (outbox, part, available_at) WHERE state = 3`,
+			`CREATE INDEX IF NOT EXISTS `+idx("blocking")+` ON `+s.Messages+` (outbox, part, group_key, id) WHERE state IN `+blockingStates,
+			s.waitingFromReady(),
 			`CREATE TABLE IF NOT EXISTS `+s.Leases+` (
 	outbox text NOT NULL,
 	part integer NOT NULL,
@@ -563,6 +622,9 @@ func (s *SQL) Up() []string {
 			`CREATE INDEX IF NOT EXISTS `+idx("pending")+` ON `+s.Quote(s.Table)+` (outbox, part, id) WHERE state = 0`,
 			`CREATE INDEX IF NOT EXISTS `+idx("dead")+` ON `+s.Quote(s.Table)+` (outbox, id) WHERE state = 2`,
 			`CREATE INDEX IF NOT EXISTS `+idx("delivered")+` ON `+s.Quote(s.Table)+` (outbox, delivered_at) WHERE state = 1`,
+			`CREATE INDEX IF NOT EXISTS `+idx("waiting")+` ON `+s.Quote(s.Table)+` (outbox, part, available_at) WHERE state = 3`,
+			`CREATE INDEX IF NOT EXISTS `+idx("blocking")+` ON `+s.Quote(s.Table)+` (outbox, part, group_key, id) WHERE state IN `+blockingStates,
+			s.waitingFromReady(),
 			`CREATE TABLE IF NOT EXISTS `+s.Leases+` (
 	outbox TEXT NOT NULL,
 	part INTEGER NOT NULL,
@@ -576,9 +638,9 @@ func (s *SQL) Up() []string {
 		stmts = append(stmts,
 			`CREATE TABLE IF NOT EXISTS `+s.Messages+` (
 	id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-	outbox VARCHAR(200) NOT NULL,
+	outbox `+mysqlName(200)+`,
 	type VARCHAR(255) NOT NULL DEFAULT '',
-	group_key VARCHAR(255) NOT NULL DEFAULT '',
+	group_key `+mysqlName(255)+` DEFAULT '',
 	part INT NOT NULL DEFAULT 0,
 	payload LONGBLOB NOT NULL,
 	headers TEXT,
@@ -589,22 +651,43 @@ func (s *SQL) Up() []string {
 	created_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
 	delivered_at DATETIME(6),
 	KEY `+idx("pending")+` (outbox, state, part, id),
-	KEY `+idx("delivered")+` (outbox, state, delivered_at)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+	KEY `+idx("delivered")+` (outbox, state, delivered_at),
+	KEY `+idx("waiting")+` (outbox, state, part, available_at),
+	KEY `+idx("blocking")+` (outbox, part, group_key, state, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin`,
+			// Tables made by earlier versions: names compare without padding, and the
+			// indexes of waiting and held rows. A table already so changes nothing.
+			`ALTER TABLE `+s.Messages+` MODIFY outbox `+mysqlName(200)+`, MODIFY group_key `+mysqlName(255)+` DEFAULT '',`+
+				` ADD KEY IF NOT EXISTS `+idx("waiting")+` (outbox, state, part, available_at),`+
+				` ADD KEY IF NOT EXISTS `+idx("blocking")+` (outbox, part, group_key, state, id)`,
+			s.waitingFromReady(),
 			`CREATE TABLE IF NOT EXISTS `+s.Leases+` (
-	outbox VARCHAR(200) NOT NULL,
+	outbox `+mysqlName(200)+`,
 	part INT NOT NULL,
 	owner VARCHAR(255) NOT NULL DEFAULT '',
 	token BIGINT NOT NULL DEFAULT 0,
 	expires_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',
 	paused TINYINT NOT NULL DEFAULT 0,
 	PRIMARY KEY (outbox, part)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin`,
+			`ALTER TABLE `+s.Leases+` MODIFY outbox `+mysqlName(200),
 			`CREATE TABLE IF NOT EXISTS `+s.Locks+` (
 	lock_key BIGINT NOT NULL PRIMARY KEY
 ) ENGINE=InnoDB`)
 	}
 	return stmts
+}
+
+// mysqlName is the column type of a name (outbox, group key) on MySQL: compared byte
+// for byte, trailing spaces included (utf8mb4_bin pads them: 'a' = 'a ' there).
+func mysqlName(n int) string {
+	return `VARCHAR(` + strconv.Itoa(n) + `) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL`
+}
+
+// waitingFromReady moves the rows of a table made by an earlier version that are not due
+// yet (scheduled, or waiting for a retry) from ready to waiting.
+func (s *SQL) waitingFromReady() string {
+	return `UPDATE ` + s.Messages + ` SET state = ` + strconv.Itoa(Waiting) + ` WHERE state = 0 AND available_at > ` + s.Now()
 }
 
 // Down returns the statements that drop what Up created.

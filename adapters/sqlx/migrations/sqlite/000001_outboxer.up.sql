@@ -20,6 +20,12 @@ CREATE INDEX IF NOT EXISTS "outboxer_messages_dead" ON "outboxer_messages" (outb
 
 CREATE INDEX IF NOT EXISTS "outboxer_messages_delivered" ON "outboxer_messages" (outbox, delivered_at) WHERE state = 1;
 
+CREATE INDEX IF NOT EXISTS "outboxer_messages_waiting" ON "outboxer_messages" (outbox, part, available_at) WHERE state = 3;
+
+CREATE INDEX IF NOT EXISTS "outboxer_messages_blocking" ON "outboxer_messages" (outbox, part, group_key, id) WHERE state IN (3, 4);
+
+UPDATE "outboxer_messages" SET state = 3 WHERE state = 0 AND available_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
+
 CREATE TABLE IF NOT EXISTS "outboxer_messages_leases" (
 	outbox TEXT NOT NULL,
 	part INTEGER NOT NULL,
