@@ -37,6 +37,7 @@ var scenarios = []string{
 	8:  "huge payloads and big batches",
 	9:  "hostile configuration and input",
 	10: "restore from pg_dump",
+	12: "effectively once (inbox)",
 }
 
 func main() {
