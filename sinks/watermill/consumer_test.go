@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,5 +174,90 @@ func TestMiddlewareRefusesMessagesWithoutKey(t *testing.T) {
 	m, err := watermillsink.MessageOf(msg)
 	if err != nil || m.Key != core.MessageKey("db", "t", 1) {
 		t.Errorf("MessageOf(message with %s) = %+v, %v", core.HeaderKey, m, err)
+	}
+}
+
+// BenchmarkConsumer measures a consumer's throughput through a Watermill router on
+// GoChannel, one message at a time (the publisher waits for each ack): each message's handler writes one row in a transaction, without the inbox
+// (the handler begins and commits it) and with the inbox's middleware (the claim comes
+// first in the middleware's transaction).
+func BenchmarkConsumer(b *testing.B) {
+	for _, d := range []core.Dialect{core.Postgres, core.SQLite} {
+		for _, withInbox := range []bool{false, true} {
+			name := string(d) + "/plain"
+			if withInbox {
+				name = string(d) + "/inbox"
+			}
+			b.Run(name, func(b *testing.B) {
+				db := dbtest.Open(b, d)
+				in := consumerDB(b, db)
+				pubsub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+				defer pubsub.Close()
+				router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var done atomic.Int64
+				all := make(chan struct{})
+				want := int64(b.N)
+				write := func(ctx context.Context, tx *sql.Tx, msg *message.Message) error {
+					_, err := tx.ExecContext(ctx, `INSERT INTO effects (id) VALUES (`+msg.Metadata.Get(watermillsink.MetadataID)+`)`)
+					return err
+				}
+				router.AddConsumerHandler("billing", "orders", pubsub, func(msg *message.Message) error {
+					if withInbox {
+						tx, _ := watermillsink.Tx(msg)
+						if err := write(msg.Context(), tx, msg); err != nil {
+							return err
+						}
+					} else {
+						tx, err := db.BeginTx(msg.Context(), nil)
+						if err != nil {
+							return err
+						}
+						defer tx.Rollback()
+						if err := write(msg.Context(), tx, msg); err != nil {
+							return err
+						}
+						if err := tx.Commit(); err != nil {
+							return err
+						}
+					}
+					if done.Add(1) == want {
+						close(all)
+					}
+					return nil
+				})
+				if withInbox {
+					router.AddMiddleware(watermillsink.Middleware(in, "billing"))
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				ran := make(chan error, 1)
+				go func() { ran <- router.Run(ctx) }()
+				<-router.Running()
+				sink, err := watermillsink.New(pubsub, watermillsink.Options{Topic: "orders"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				batch := make([]core.Envelope, b.N)
+				for i := range batch {
+					batch[i] = core.Envelope{ID: int64(i + 1), Outbox: "orders", Type: "order.placed", Payload: []byte(`{}`)}
+				}
+				b.ResetTimer()
+				if err := sink.Deliver(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+				select {
+				case <-all:
+				case <-time.After(5 * time.Minute):
+					b.Fatalf("%d of %d messages handled", done.Load(), b.N)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+				cancel()
+				<-ran
+			})
+		}
 	}
 }
