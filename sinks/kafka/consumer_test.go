@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 
 // consumerDB is a test database with an inbox and a table of effects (one row per
 // handler run that committed).
-func consumerDB(t *testing.T, db *dbtest.DB) *inbox.Inbox {
+func consumerDB(t testing.TB, db *dbtest.DB) *inbox.Inbox {
 	t.Helper()
 	in, err := inbox.New(inbox.Config{DB: db.DB, Dialect: db.Dialect})
 	if err != nil {
@@ -68,7 +69,7 @@ func recordID(rec *kgo.Record) int64 {
 	return 0
 }
 
-func groupClient(t *testing.T, brokers []string) *kgo.Client {
+func groupClient(t testing.TB, brokers []string) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup("billing"), kgo.ConsumeTopics("orders"),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
@@ -233,5 +234,97 @@ func TestNewConsumerValidates(t *testing.T) {
 	// A record without a key is refused before anything runs.
 	if _, err := kafka.MessageOf(&kgo.Record{Topic: "t"}); !errors.Is(err, inbox.ErrNoKey) {
 		t.Errorf("MessageOf(record without a key) = %v, want inbox.ErrNoKey", err)
+	}
+}
+
+// BenchmarkConsumer measures a franz-go consumer's throughput on kfake: each record's
+// handler writes one row in a transaction, without the inbox (a hand-written loop:
+// begin, insert, commit, then commit the fetch's offsets) and with Consumer.Run (the
+// claim first in the same transaction).
+func BenchmarkConsumer(b *testing.B) {
+	for _, d := range []core.Dialect{core.Postgres, core.SQLite} {
+		for _, withInbox := range []bool{false, true} {
+			name := string(d) + "/plain"
+			if withInbox {
+				name = string(d) + "/inbox"
+			}
+			b.Run(name, func(b *testing.B) {
+				db := dbtest.Open(b, d)
+				in := consumerDB(b, db)
+				kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer kc.Close()
+				relay, err := kafka.New(kafka.Config{Brokers: kc.ListenAddrs(), Topic: "orders"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer relay.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				for i := 0; i < b.N; i += 500 {
+					var batch []core.Envelope
+					for j := i; j < min(b.N, i+500); j++ {
+						batch = append(batch, core.Envelope{ID: int64(j + 1), Outbox: "orders", Type: "order.placed", Payload: []byte(`{}`)})
+					}
+					if err := relay.Deliver(ctx, batch); err != nil {
+						b.Fatal(err)
+					}
+				}
+				client := groupClient(b, kc.ListenAddrs())
+				defer client.Close()
+				var handled atomic.Int64
+				write := func(ctx context.Context, tx *sql.Tx, rec *kgo.Record) error {
+					_, err := tx.ExecContext(ctx, fmt.Sprintf(`INSERT INTO effects (id) VALUES (%d)`, recordID(rec)))
+					return err
+				}
+				b.ResetTimer()
+				if withInbox {
+					runCtx, stop := context.WithCancel(ctx)
+					c, err := kafka.NewConsumer(kafka.ConsumerConfig{Client: client, Inbox: in, Name: "billing",
+						Handler: func(ctx context.Context, tx *sql.Tx, rec *kgo.Record, _ inbox.Outcome) error {
+							if err := write(ctx, tx, rec); err != nil {
+								return err
+							}
+							if handled.Add(1) == int64(b.N) {
+								stop() // Run returns after this fetch's records
+							}
+							return nil
+						}})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := c.Run(runCtx); err != nil {
+						b.Fatal(err)
+					}
+				} else {
+					for handled.Load() < int64(b.N) && ctx.Err() == nil {
+						fs := client.PollFetches(ctx)
+						for _, rec := range fs.Records() {
+							tx, err := db.BeginTx(ctx, nil)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if err := write(ctx, tx, rec); err != nil {
+								b.Fatal(err)
+							}
+							if err := tx.Commit(); err != nil {
+								b.Fatal(err)
+							}
+							handled.Add(1)
+						}
+						if err := client.CommitRecords(ctx, fs.Records()...); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.StopTimer()
+				if n := handled.Load(); n != int64(b.N) {
+					b.Fatalf("handled %d of %d records", n, b.N)
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+			})
+		}
 	}
 }
