@@ -63,100 +63,113 @@ func effects(t testing.TB, db *sql.DB) map[int64]int {
 // message is nacked (GoChannel delivers it again), and the redelivery runs it.
 func TestMiddlewareRunsEachMessageOnce(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
-		in := consumerDB(t, db)
 		pubsub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 		defer pubsub.Close()
-		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var mu sync.Mutex
-		calls := map[int64]int{}
-		failed := false
-		boom := errors.New("boom")
-		router.AddConsumerHandler("billing", "orders", pubsub, func(msg *message.Message) error {
-			tx, o := watermillsink.Tx(msg)
-			if tx == nil || o != inbox.Claimed {
-				return fmt.Errorf("no transaction (%v, %v)", tx, o)
-			}
-			id, _ := strconv.ParseInt(msg.Metadata.Get(watermillsink.MetadataID), 10, 64)
-			mu.Lock()
-			calls[id]++
-			fail := id == 3 && !failed
-			failed = failed || fail
-			mu.Unlock()
-			if _, err := tx.ExecContext(msg.Context(), fmt.Sprintf(`INSERT INTO effects (id) VALUES (%d)`, id)); err != nil {
-				return err
-			}
-			if fail {
-				return boom
-			}
-			return nil
-		})
-		// Outermost: counts the deliveries acked and notes unexpected errors.
-		acked := 0
-		var other []error
-		router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
-			return func(msg *message.Message) ([]*message.Message, error) {
-				out, err := h(msg)
-				mu.Lock()
-				defer mu.Unlock()
-				if err == nil {
-					acked++
-				} else if !errors.Is(err, boom) {
-					other = append(other, err)
-				}
-				return out, err
-			}
-		}, watermillsink.Middleware(in, "billing"))
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		ran := make(chan error, 1)
-		go func() { ran <- router.Run(ctx) }()
-		<-router.Running()
-
-		sink, err := watermillsink.New(pubsub, watermillsink.Options{Topic: "orders"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ids := range [][]int64{{1, 2, 3}, {2, 3}, {4}} { // the relay delivers 2 and 3 again
-			var batch []core.Envelope
-			for _, id := range ids {
-				batch = append(batch, core.Envelope{ID: id, Outbox: "orders", Type: "order.placed", GroupKey: "c1", Payload: []byte(`{}`)})
-			}
-			if err := sink.Deliver(ctx, batch); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// Six deliveries (1, 2, 3, 2, 3, 4; a message nacked counts when redelivered).
-		for ctx.Err() == nil {
-			mu.Lock()
-			n := acked
-			mu.Unlock()
-			if n >= 6 {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		cancel()
-		if err := <-ran; err != nil {
-			t.Fatalf("router: %v", err)
-		}
-		e := effects(t, db.DB)
-		for id := int64(1); id <= 4; id++ {
-			if e[id] != 1 {
-				t.Errorf("effect of message %d committed %d times, want 1 (%v)", id, e[id], e)
-			}
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if acked != 6 || len(other) > 0 {
-			t.Errorf("%d deliveries acked, want 6; other errors: %v", acked, other)
-		}
-		if want := map[int64]int{1: 1, 2: 1, 3: 2, 4: 1}; fmt.Sprint(calls) != fmt.Sprint(want) {
-			t.Errorf("handler calls %v, want %v (3 failed once and was delivered again)", calls, want)
-		}
+		middlewareOnce(t, db, pubsub, pubsub, "orders")
 	})
+}
+
+// TestMiddlewareRunsEachMessageOnceOnRabbitMQ: the same through RabbitMQ, which
+// redelivers the nacked message.
+func TestMiddlewareRunsEachMessageOnceOnRabbitMQ(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		q := newRabbitQueue(t)
+		middlewareOnce(t, db, q.pub, q.sub, q.name)
+	})
+}
+
+func middlewareOnce(t *testing.T, db *dbtest.DB, pub message.Publisher, sub message.Subscriber, topic string) {
+	in := consumerDB(t, db)
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	calls := map[int64]int{}
+	failed := false
+	boom := errors.New("boom")
+	router.AddConsumerHandler("billing", topic, sub, func(msg *message.Message) error {
+		tx, o := watermillsink.Tx(msg)
+		if tx == nil || o != inbox.Claimed {
+			return fmt.Errorf("no transaction (%v, %v)", tx, o)
+		}
+		id, _ := strconv.ParseInt(msg.Metadata.Get(watermillsink.MetadataID), 10, 64)
+		mu.Lock()
+		calls[id]++
+		fail := id == 3 && !failed
+		failed = failed || fail
+		mu.Unlock()
+		if _, err := tx.ExecContext(msg.Context(), fmt.Sprintf(`INSERT INTO effects (id) VALUES (%d)`, id)); err != nil {
+			return err
+		}
+		if fail {
+			return boom
+		}
+		return nil
+	})
+	// Outermost: counts the deliveries acked and notes unexpected errors.
+	acked := 0
+	var other []error
+	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				acked++
+			} else if !errors.Is(err, boom) {
+				other = append(other, err)
+			}
+			return out, err
+		}
+	}, watermillsink.Middleware(in, "billing"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- router.Run(ctx) }()
+	<-router.Running()
+
+	sink, err := watermillsink.New(pub, watermillsink.Options{Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ids := range [][]int64{{1, 2, 3}, {2, 3}, {4}} { // the relay delivers 2 and 3 again
+		var batch []core.Envelope
+		for _, id := range ids {
+			batch = append(batch, core.Envelope{ID: id, Outbox: "orders", Type: "order.placed", GroupKey: "c1", Payload: []byte(`{}`)})
+		}
+		if err := sink.Deliver(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Six deliveries (1, 2, 3, 2, 3, 4; a message nacked counts when redelivered).
+	for ctx.Err() == nil {
+		mu.Lock()
+		n := acked
+		mu.Unlock()
+		if n >= 6 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("router: %v", err)
+	}
+	e := effects(t, db.DB)
+	for id := int64(1); id <= 4; id++ {
+		if e[id] != 1 {
+			t.Errorf("effect of message %d committed %d times, want 1 (%v)", id, e[id], e)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if acked != 6 || len(other) > 0 {
+		t.Errorf("%d deliveries acked, want 6; other errors: %v", acked, other)
+	}
+	if want := map[int64]int{1: 1, 2: 1, 3: 2, 4: 1}; fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Errorf("handler calls %v, want %v (3 failed once and was delivered again)", calls, want)
+	}
 }
 
 // TestMiddlewareRefusesMessagesWithoutKey: a message the sink did not publish has no
