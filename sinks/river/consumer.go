@@ -12,7 +12,9 @@ import (
 )
 
 // JobHandler does a job's work in the consumer's database transaction tx, after the
-// inbox claimed the job's key there (o is inbox.Claimed). Returning an error rolls back
+// inbox claimed the job's key there. o is inbox.Claimed, or inbox.Stale with the inbox's
+// stale check (a later job of the message's group ran first: River runs a group's jobs
+// in parallel unless one worker takes the queue). Returning an error rolls back
 // its writes and the claim, and River retries the job.
 type JobHandler[T river.JobArgs] func(ctx context.Context, tx *sql.Tx, job *river.Job[T], o inbox.Outcome) error
 
@@ -51,30 +53,39 @@ func NewInboxWorker[T river.JobArgs](in *inbox.Inbox, consumer string, handle Jo
 	return &InboxWorker[T]{in: in, consumer: consumer, handle: handle}, nil
 }
 
-// MessageKey returns the key the sink put into a job's metadata (MetadataKey), or an
-// error matching inbox.ErrNoKey when the job has none (it was not inserted by the sink).
-func MessageKey(metadata []byte) (string, error) {
+// MessageOf returns what the inbox needs of a job the sink inserted, from its metadata:
+// its key (MetadataKey) and, for the inbox's stale check, its group (the outbox and
+// MetadataGroupKey, see inbox.GroupOf) and position (MetadataID). It returns an error
+// matching inbox.ErrNoKey when the job has no key (the sink did not insert it).
+func MessageOf(metadata []byte) (inbox.Message, error) {
 	var m struct {
-		Key string `json:"outboxer-key"`
+		Key    string `json:"outboxer-key"`
+		ID     int64  `json:"outboxer_id"`
+		Outbox string `json:"outboxer_outbox"`
+		Group  string `json:"outboxer_group_key"`
 	}
 	if len(metadata) > 0 {
 		if err := json.Unmarshal(metadata, &m); err != nil {
-			return "", fmt.Errorf("riversink: job metadata: %w", err)
+			return inbox.Message{}, fmt.Errorf("riversink: job metadata: %w", err)
 		}
 	}
 	if m.Key == "" {
-		return "", fmt.Errorf("riversink: job metadata: %w", inbox.ErrNoKey)
+		return inbox.Message{}, fmt.Errorf("riversink: job metadata: %w", inbox.ErrNoKey)
 	}
-	return m.Key, nil
+	msg := inbox.Message{Key: m.Key}
+	if m.ID > 0 {
+		msg.Seq, msg.Group = m.ID, inbox.GroupOf(m.Outbox, m.Group)
+	}
+	return msg, nil
 }
 
 // Work claims the job's key and runs the handler in one transaction; see InboxWorker.
 func (w *InboxWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
-	key, err := MessageKey(job.Metadata)
+	m, err := MessageOf(job.Metadata)
 	if err != nil {
 		return fmt.Errorf("riversink: job %d: %w", job.ID, err)
 	}
-	_, err = w.in.Handle(ctx, w.consumer, inbox.Message{Key: key}, func(ctx context.Context, tx *sql.Tx, o inbox.Outcome) error {
+	_, err = w.in.Handle(ctx, w.consumer, m, func(ctx context.Context, tx *sql.Tx, o inbox.Outcome) error {
 		return w.handle(ctx, tx, job, o)
 	})
 	if err != nil {

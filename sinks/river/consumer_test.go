@@ -51,7 +51,7 @@ func TestInboxWorkerRunsEachJobOnce(t *testing.T) {
 		}
 		var batch []core.Envelope
 		for _, id := range ids {
-			batch = append(batch, core.Envelope{ID: id, Outbox: "orders", Type: "order.placed", Payload: []byte(`{}`)})
+			batch = append(batch, core.Envelope{ID: id, Outbox: "orders", Type: "order.placed", GroupKey: "customer-1", Payload: []byte(`{}`)})
 		}
 		if err := sink.DeliverTx(ctx, tx, batch); err != nil {
 			t.Fatal(err)
@@ -70,8 +70,12 @@ func TestInboxWorkerRunsEachJobOnce(t *testing.T) {
 		if err := rows.Scan(&id, &meta); err != nil {
 			t.Fatal(err)
 		}
-		if key, err := riversink.MessageKey(meta); err != nil || key != core.MessageKey("orders-db", core.DefaultTable, id) {
-			t.Errorf("job of message %d: key %q, %v; want core.MessageKey(Source, table, id)", id, key, err)
+		m, err := riversink.MessageOf(meta)
+		if err != nil || m.Key != core.MessageKey("orders-db", core.DefaultTable, id) {
+			t.Errorf("job of message %d: key %q, %v; want core.MessageKey(Source, table, id)", id, m.Key, err)
+		}
+		if m.Seq != id || m.Group != inbox.GroupOf("orders", "customer-1") {
+			t.Errorf("job of message %d: group %q seq %d, want the outbox's group and the ID", id, m.Group, m.Seq)
 		}
 	}
 	rows.Close()
@@ -153,11 +157,11 @@ func TestInboxWorkerRunsEachJobOnce(t *testing.T) {
 }
 
 func TestInboxWorkerRefusesJobsWithoutKey(t *testing.T) {
-	if _, err := riversink.MessageKey([]byte(`{"outboxer_id":1}`)); !errors.Is(err, inbox.ErrNoKey) {
-		t.Errorf("MessageKey(metadata without a key) = %v, want inbox.ErrNoKey", err)
+	if _, err := riversink.MessageOf([]byte(`{"outboxer_id":1}`)); !errors.Is(err, inbox.ErrNoKey) {
+		t.Errorf("MessageOf(metadata without a key) = %v, want inbox.ErrNoKey", err)
 	}
-	if k, err := riversink.MessageKey([]byte(`{"` + riversink.MetadataKey + `":"k"}`)); err != nil || k != "k" {
-		t.Errorf("MessageKey = %q, %v", k, err)
+	if m, err := riversink.MessageOf([]byte(`{"` + riversink.MetadataKey + `":"k"}`)); err != nil || m.Key != "k" || m.Group != "" {
+		t.Errorf("MessageOf = %+v, %v", m, err)
 	}
 	if _, err := riversink.NewInboxWorker[riversink.Job](nil, "billing", nil); err == nil {
 		t.Error("NewInboxWorker without an inbox accepted it")

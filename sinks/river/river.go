@@ -35,6 +35,8 @@ const (
 	// see Worker): River runs a job at least once (a worker that crashes or times out
 	// after its effect runs it again).
 	MetadataKey = core.HeaderKey
+	// MetadataGroupKey is the message's group key; absent for unordered messages.
+	MetadataGroupKey = "outboxer_group_key"
 )
 
 // UniqueArgKey is the key the sink adds to a job's encoded args when it inserts outside
@@ -433,6 +435,9 @@ func withMetadata(meta []byte, env core.Envelope, key string) ([]byte, error) {
 	m[MetadataID] = env.ID
 	m[MetadataOutbox] = env.Outbox
 	m[MetadataKey] = key
+	if env.GroupKey != "" {
+		m[MetadataGroupKey] = env.GroupKey
+	}
 	if len(env.Headers) > 0 {
 		m[MetadataHeaders] = env.Headers
 	}
