@@ -52,7 +52,9 @@ type consumerTx struct {
 // returns an error the transaction rolls back, the error goes up the chain and the
 // message is nacked, so the broker delivers it again. A message already handled (a
 // duplicate: the relay or the broker delivered it again) is acknowledged without
-// running the handler.
+// running the handler. A message without a key fails with an error matching
+// inbox.ErrNoKey, as any failure does (nacked): put middleware.PoisonQueue before this
+// middleware if such messages can reach the handler.
 //
 // Add it after middlewares that retry (middleware.Retry), so that each attempt runs in
 // a transaction of its own, and after those that must see every delivery. A message
