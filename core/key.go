@@ -7,8 +7,9 @@ import (
 )
 
 // HeaderKey is the name under which every sink carries a message's key (see MessageKey):
-// a Kafka record header, an SQS message attribute, Watermill metadata and River job
-// metadata. Consumers deduplicate on it (the inbox package does).
+// a Kafka record header, an SQS message attribute and River job metadata. (The Watermill
+// sink's message UUID is the key for the empty source.) Consumers deduplicate on it (the
+// inbox package does).
 const HeaderKey = "outboxer-key"
 
 // keyNamespace is the name space of the name-based UUIDs MessageKey returns. It never

@@ -10,7 +10,9 @@
 // tool), build an Inbox with New, and for each received message either call Handle,
 // which begins the transaction, claims, runs the handler and commits, or call Claim
 // yourself as the first statement of a transaction you run. Acknowledge the message to
-// the broker only after the commit.
+// the broker only after the commit. Each sink's module has a helper that does all this
+// for its broker: kafka.NewConsumer (franz-go), sqs.NewConsumer,
+// watermillsink.Middleware and riversink.NewInboxWorker.
 //
 // The key to claim is core.MessageKey of the row (a UUID derived from a name of the
 // database, the outbox table and the row's ID), read from the message as

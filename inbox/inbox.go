@@ -38,6 +38,9 @@ var (
 	ErrWindowTooShort = errors.New("inbox: dedup window shorter than a redelivery bound")
 	// ErrInvalidMessage: Claim was given an empty or oversized consumer name, key or group.
 	ErrInvalidMessage = errors.New("inbox: invalid message")
+	// ErrNoKey: a consumer helper received a message that carries no key
+	// (core.HeaderKey): it was not sent by an outboxer sink, or by one too old to add it.
+	ErrNoKey = errors.New("inbox: message carries no " + core.HeaderKey)
 )
 
 // WindowError says which redelivery bound the window does not cover.

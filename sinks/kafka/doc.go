@@ -39,4 +39,13 @@
 //	h := map[string]string{}
 //	for _, rh := range rec.Headers { h[rh.Key] = string(rh.Value) }
 //	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(h))
+//
+// # Consuming with the inbox
+//
+// Every record carries HeaderKey (outboxer-key), the key a consumer deduplicates on.
+// NewConsumer wraps a franz-go consumer-group client (with kgo.DisableAutoCommit) and
+// an inbox.Inbox: each record's handler runs in a database transaction that first
+// claims the key, so a record delivered again (by the relay after a crash, or by Kafka
+// to a consumer restarted before committing its offsets) does not run the handler
+// twice; offsets are committed only after the transactions commit.
 package kafka

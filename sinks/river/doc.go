@@ -94,4 +94,11 @@
 //	var md struct{ Headers map[string]string `json:"outboxer_headers"` }
 //	_ = json.Unmarshal(job.Metadata, &md)
 //	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(md.Headers))
+//
+// # Working with the inbox
+//
+// Every job's metadata carries MetadataKey (outboxer-key), the key a worker deduplicates
+// on. NewInboxWorker wraps a handler as a River worker whose work runs in a database
+// transaction that first claims the key in an inbox.Inbox, so a job that runs again
+// does not repeat its effect; the job completes after the commit.
 package riversink

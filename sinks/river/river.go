@@ -29,6 +29,14 @@ const (
 	// has any: the trace context (traceparent, tracestate) among them reaches the worker
 	// whatever Options.Job builds as args.
 	MetadataHeaders = "outboxer_headers"
+	// MetadataKey is the message key, a JSON string: core.MessageKey of Options.Source,
+	// Options.Table and the ID, the same on every insert of a row's job and different
+	// for any other row. It is the key a worker deduplicates on (the inbox package does;
+	// see Worker): River runs a job at least once (a worker that crashes or times out
+	// after its effect runs it again).
+	MetadataKey = core.HeaderKey
+	// MetadataGroupKey is the message's group key; absent for unordered messages.
+	MetadataGroupKey = "outboxer_group_key"
 )
 
 // UniqueArgKey is the key the sink adds to a job's encoded args when it inserts outside
@@ -91,8 +99,11 @@ type Options struct {
 	// core.Permanent when retrying cannot help.
 	Job func(env core.Envelope) (river.JobArgs, *river.InsertOpts, error)
 	// Table is the outbox table the messages come from; it goes into the unique key of
-	// jobs inserted by Deliver. Default core.DefaultTable.
+	// jobs inserted by Deliver and into MetadataKey. Default core.DefaultTable.
 	Table string
+	// Source is a name of the outbox's database; it goes into MetadataKey. Set it when
+	// several databases' outboxes reach the same workers, so that no two rows share a key.
+	Source string
 	// Ordering must be the outbox's Ordering: it says which messages a failed one holds
 	// back (its group, everything, or nothing). Default core.OrderGroup.
 	Ordering core.Ordering
@@ -103,6 +114,7 @@ type sink struct {
 	opts     river.InsertOpts
 	job      func(core.Envelope) (river.JobArgs, *river.InsertOpts, error)
 	table    string
+	source   string
 	ordering core.Ordering
 }
 
@@ -122,7 +134,7 @@ func newSink(opts Options) (sink, error) {
 			return sink{}, fmt.Errorf("riversink: Options.InsertOpts.Metadata must be a JSON object: %w", err)
 		}
 	}
-	s := sink{kind: opts.Kind, opts: opts.InsertOpts, job: opts.Job, table: opts.Table, ordering: opts.Ordering}
+	s := sink{kind: opts.Kind, opts: opts.InsertOpts, job: opts.Job, table: opts.Table, source: opts.Source, ordering: opts.Ordering}
 	if s.job == nil {
 		s.job = func(env core.Envelope) (river.JobArgs, *river.InsertOpts, error) {
 			j, err := JobFromEnvelope(env)
@@ -352,7 +364,7 @@ func (s *sink) params(env core.Envelope, unique bool) (river.InsertManyParams, e
 	if opts.MaxAttempts < 0 {
 		return river.InsertManyParams{}, core.Permanent(fmt.Errorf("riversink: job for message %d: max attempts %d; it must be 0 (River's default) or more", env.ID, opts.MaxAttempts))
 	}
-	meta, err := withMetadata(opts.Metadata, env)
+	meta, err := withMetadata(opts.Metadata, env, core.MessageKey(s.source, s.table, env.ID))
 	if err != nil {
 		return river.InsertManyParams{}, core.Permanent(fmt.Errorf("riversink: job for message %d: %w", env.ID, err))
 	}
@@ -413,7 +425,7 @@ func mergeOpts(base river.InsertOpts, over *river.InsertOpts) river.InsertOpts {
 }
 
 // withMetadata adds the outbox keys to a JSON object of metadata.
-func withMetadata(meta []byte, env core.Envelope) ([]byte, error) {
+func withMetadata(meta []byte, env core.Envelope, key string) ([]byte, error) {
 	m := map[string]any{}
 	if len(meta) > 0 {
 		if err := json.Unmarshal(meta, &m); err != nil {
@@ -422,6 +434,10 @@ func withMetadata(meta []byte, env core.Envelope) ([]byte, error) {
 	}
 	m[MetadataID] = env.ID
 	m[MetadataOutbox] = env.Outbox
+	m[MetadataKey] = key
+	if env.GroupKey != "" {
+		m[MetadataGroupKey] = env.GroupKey
+	}
 	if len(env.Headers) > 0 {
 		m[MetadataHeaders] = env.Headers
 	}

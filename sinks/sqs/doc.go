@@ -50,4 +50,13 @@
 //	for k, v := range m.MessageAttributes { h[k] = aws.ToString(v.StringValue) }
 //	if j, ok := h[sqs.AttrHeaders]; ok { _ = json.Unmarshal([]byte(j), &h) }
 //	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(h))
+//
+// # Consuming with the inbox
+//
+// Every message carries the AttrKey attribute (outboxer-key), the key a consumer
+// deduplicates on. NewConsumer wraps an SQS client and an inbox.Inbox: each message's
+// handler runs in a database transaction that first claims the key, and the message is
+// deleted only after the commit, so a message received again (sent twice by the relay,
+// or back after its visibility timeout) does not run the handler twice. CheckRedelivery
+// checks that the inbox's window covers the queue's visibility timeout × max receives.
 package sqs

@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"go.uber.org/goleak"
 
+	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest"
 	outboxsqs "github.com/outboxer-go/outboxer/sinks/sqs"
 	"github.com/outboxer-go/outboxer/sinktest"
@@ -254,6 +255,9 @@ func decode(m types.Message) (sinktest.Received, error) {
 	if err != nil {
 		return rec, fmt.Errorf("message without a valid %s: %w", outboxsqs.AttrID, err)
 	}
+	if key := attr(outboxsqs.AttrKey); key != core.MessageKey("", core.DefaultTable, id) {
+		return rec, fmt.Errorf("message %d: %s is %q, want core.MessageKey of the row", id, outboxsqs.AttrKey, key)
+	}
 	rec.ID, rec.Type, rec.Outbox, rec.GroupKey = id, attr(outboxsqs.AttrType), attr(outboxsqs.AttrOutbox), attr(outboxsqs.AttrGroupKey)
 	rec.Payload = []byte(aws.ToString(m.Body))
 	if attr(outboxsqs.AttrEncoding) == "base64" {
@@ -268,7 +272,7 @@ func decode(m types.Message) (sinktest.Received, error) {
 	}
 	for name, v := range m.MessageAttributes {
 		switch name {
-		case outboxsqs.AttrID, outboxsqs.AttrType, outboxsqs.AttrOutbox, outboxsqs.AttrGroupKey, outboxsqs.AttrEncoding, outboxsqs.AttrHeaders:
+		case outboxsqs.AttrID, outboxsqs.AttrType, outboxsqs.AttrOutbox, outboxsqs.AttrGroupKey, outboxsqs.AttrEncoding, outboxsqs.AttrHeaders, outboxsqs.AttrKey:
 			continue
 		}
 		if rec.Headers == nil {

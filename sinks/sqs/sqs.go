@@ -1,6 +1,7 @@
 package sqs
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -36,6 +37,12 @@ const (
 	// each be an attribute: more than fit beside the relay's own (SQS allows 10
 	// attributes), a name SQS refuses as an attribute name, or an empty value.
 	AttrHeaders = "outboxer-headers"
+	// AttrKey (String) is the message key, core.MessageKey of Config.Source, the table
+	// (Config.Table, core.DefaultTable when empty) and the ID: the same on every delivery
+	// of a row, different for any other row. It is the key consumers deduplicate on (the
+	// inbox package does; see Handler): SQS delivers at least once, and a message whose
+	// visibility timeout runs out is received again.
+	AttrKey = core.HeaderKey
 )
 
 const (
@@ -73,6 +80,11 @@ type Config struct {
 	// is as unique as long as no two tables feed one queue under the same outbox name.
 	Table string
 
+	// Source is a name of the outbox's database: it goes into each message's AttrKey with
+	// the table. Set it when several databases' outboxes reach the same consumers, so
+	// that no two rows share a key.
+	Source string
+
 	// MaxMessageBytes bounds one message (body and attributes) and one batch request.
 	// A larger message is refused with core.Permanent. Default DefaultMaxMessageBytes;
 	// at most 1 MiB, and not above the queue's MaximumMessageSize.
@@ -89,6 +101,8 @@ type Relay struct {
 	fifo     bool
 	ordering core.Ordering
 	table    string
+	keyTable string // the table in AttrKey: Table or core.DefaultTable
+	source   string
 	maxBytes int
 }
 
@@ -117,6 +131,8 @@ func New(cfg Config) (*Relay, error) {
 		fifo:     strings.HasSuffix(cfg.QueueURL, ".fifo"),
 		ordering: cfg.Ordering,
 		table:    cfg.Table,
+		keyTable: cmp.Or(cfg.Table, core.DefaultTable),
+		source:   cfg.Source,
 		maxBytes: cfg.MaxMessageBytes,
 	}
 	if r.maxBytes == 0 {
@@ -263,6 +279,7 @@ func (r *Relay) entry(env core.Envelope, id string) (types.SendMessageBatchReque
 	}
 	e.MessageBody = aws.String(body)
 	attr(AttrID, "Number", strconv.FormatInt(env.ID, 10))
+	attr(AttrKey, "String", core.MessageKey(r.source, r.keyTable, env.ID))
 	if env.Type != "" {
 		attr(AttrType, "String", env.Type)
 	}

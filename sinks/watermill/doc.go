@@ -69,4 +69,11 @@
 // traced) reaches the subscriber. A handler continues the trace from it:
 //
 //	ctx := propagation.TraceContext{}.Extract(msg.Context(), propagation.MapCarrier(msg.Metadata))
+//
+// # Consuming with the inbox
+//
+// Middleware is a router middleware that runs the handler in a database transaction
+// that first claims the message's key (its UUID, see MessageOf) in an inbox.Inbox; the
+// handler writes through Tx(msg), and the router acks only after the commit, so a
+// message delivered again does not run the handler twice.
 package watermillsink

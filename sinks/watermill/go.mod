@@ -15,6 +15,7 @@ require (
 	github.com/rabbitmq/amqp091-go v1.16.0
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/goleak v1.3.0
+	modernc.org/sqlite v1.62.0
 )
 
 require (
@@ -42,7 +43,6 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.62.0 // indirect
 )
 
 require (

@@ -37,6 +37,7 @@ var scenarios = []string{
 	8:  "huge payloads and big batches",
 	9:  "hostile configuration and input",
 	10: "restore from pg_dump",
+	12: "effectively once (inbox)",
 	13: "blocked and scheduled backlogs",
 	14: "names differing in trailing spaces",
 }

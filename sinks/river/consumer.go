@@ -1,0 +1,95 @@
+package riversink
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+
+	"github.com/riverqueue/river"
+
+	"github.com/outboxer-go/outboxer/inbox"
+)
+
+// JobHandler does a job's work in the consumer's database transaction tx, after the
+// inbox claimed the job's key there. o is inbox.Claimed, or inbox.Stale with the inbox's
+// stale check (a later job of the message's group ran first: River runs a group's jobs
+// in parallel unless one worker takes the queue). Returning an error rolls back
+// its writes and the claim, and River retries the job.
+type JobHandler[T river.JobArgs] func(ctx context.Context, tx *sql.Tx, job *river.Job[T], o inbox.Outcome) error
+
+// InboxWorker is a River worker that runs a JobHandler with an inbox: each job in a
+// database transaction (on the inbox's Config.DB) that first claims the job's key
+// (MetadataKey), so that a job that runs again (River retries a job whose worker
+// crashed or timed out after its effect committed; a message inserted twice outside
+// River's unique check) does not run the handler a second time. The job completes
+// after the commit (River marks it when Work returns nil); a duplicate completes
+// without running the handler. Register it with river.AddWorker.
+//
+// River completes the job in a transaction of its own, after Work's: a crash between
+// the two runs the job again, and the inbox reports it as a duplicate. When the inbox
+// lives in River's database and the client uses riverdatabasesql, the handler may also
+// complete the job in its own transaction with river.JobCompleteTx.
+//
+// Embedded river.WorkerDefaults give River's retry policy and timeout; to set your
+// own, embed *InboxWorker[T] in a type of yours with NextRetry or Timeout methods.
+type InboxWorker[T river.JobArgs] struct {
+	river.WorkerDefaults[T]
+	in       *inbox.Inbox
+	consumer string
+	handle   JobHandler[T]
+}
+
+// NewInboxWorker returns a worker running handle for consumer with in.
+func NewInboxWorker[T river.JobArgs](in *inbox.Inbox, consumer string, handle JobHandler[T]) (*InboxWorker[T], error) {
+	switch {
+	case in == nil:
+		return nil, fmt.Errorf("riversink: NewInboxWorker: the inbox is nil")
+	case consumer == "":
+		return nil, fmt.Errorf("riversink: NewInboxWorker: the consumer name is empty")
+	case handle == nil:
+		return nil, fmt.Errorf("riversink: NewInboxWorker: the handler is nil")
+	}
+	return &InboxWorker[T]{in: in, consumer: consumer, handle: handle}, nil
+}
+
+// MessageOf returns what the inbox needs of a job the sink inserted, from its metadata:
+// its key (MetadataKey) and, for the inbox's stale check, its group (the outbox and
+// MetadataGroupKey, see inbox.GroupOf) and position (MetadataID). It returns an error
+// matching inbox.ErrNoKey when the job has no key (the sink did not insert it).
+func MessageOf(metadata []byte) (inbox.Message, error) {
+	var m struct {
+		Key    string `json:"outboxer-key"`
+		ID     int64  `json:"outboxer_id"`
+		Outbox string `json:"outboxer_outbox"`
+		Group  string `json:"outboxer_group_key"`
+	}
+	if len(metadata) > 0 {
+		if err := json.Unmarshal(metadata, &m); err != nil {
+			return inbox.Message{}, fmt.Errorf("riversink: job metadata: %w", err)
+		}
+	}
+	if m.Key == "" {
+		return inbox.Message{}, fmt.Errorf("riversink: job metadata: %w", inbox.ErrNoKey)
+	}
+	msg := inbox.Message{Key: m.Key}
+	if m.ID > 0 {
+		msg.Seq, msg.Group = m.ID, inbox.GroupOf(m.Outbox, m.Group)
+	}
+	return msg, nil
+}
+
+// Work claims the job's key and runs the handler in one transaction; see InboxWorker.
+func (w *InboxWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
+	m, err := MessageOf(job.Metadata)
+	if err != nil {
+		return fmt.Errorf("riversink: job %d: %w", job.ID, err)
+	}
+	_, err = w.in.Handle(ctx, w.consumer, m, func(ctx context.Context, tx *sql.Tx, o inbox.Outcome) error {
+		return w.handle(ctx, tx, job, o)
+	})
+	if err != nil {
+		return fmt.Errorf("riversink: job %d: %w", job.ID, err)
+	}
+	return nil
+}

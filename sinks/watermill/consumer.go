@@ -1,0 +1,98 @@
+package watermillsink
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/inbox"
+)
+
+// MessageOf returns what the inbox needs of a message published by the sink: its key
+// and, for the stale check, its group (the outbox and MetadataGroupKey, see
+// inbox.GroupOf) and position (MetadataID). The key is the message's core.HeaderKey
+// metadata when a publisher put one there, or else its UUID, which the sink derives
+// from the row (MessageUUID, the same as core.MessageKey for the empty source). It
+// returns an error matching inbox.ErrNoKey for a message that carries neither the key
+// nor MetadataID (one the sink did not publish: its UUID says nothing of a redelivery).
+func MessageOf(msg *message.Message) (inbox.Message, error) {
+	var m inbox.Message
+	id, idErr := strconv.ParseInt(msg.Metadata.Get(MetadataID), 10, 64)
+	switch {
+	case msg.Metadata.Get(core.HeaderKey) != "":
+		m.Key = msg.Metadata.Get(core.HeaderKey)
+	case idErr == nil && msg.UUID != "":
+		m.Key = msg.UUID
+	default:
+		return m, fmt.Errorf("watermillsink: message %s: %w (and no %s)", msg.UUID, inbox.ErrNoKey, MetadataID)
+	}
+	if idErr == nil {
+		m.Seq = id
+		m.Group = inbox.GroupOf(msg.Metadata.Get(MetadataOutbox), msg.Metadata.Get(MetadataGroupKey))
+	}
+	return m, nil
+}
+
+type consumerTxKey struct{}
+
+type consumerTx struct {
+	tx *sql.Tx
+	o  inbox.Outcome
+}
+
+// Middleware returns a router middleware that runs the handler inside a database
+// transaction on in's Config.DB that first claims the message's key (MessageOf) for
+// consumer. The handler gets the transaction from the message with Tx and does its
+// writes there; when it returns nil the transaction commits, and only then does the
+// router acknowledge the message (and publish what the handler produced). When it
+// returns an error the transaction rolls back, the error goes up the chain and the
+// message is nacked, so the broker delivers it again. A message already handled (a
+// duplicate: the relay or the broker delivered it again) is acknowledged without
+// running the handler. A message without a key fails with an error matching
+// inbox.ErrNoKey, as any failure does (nacked): put middleware.PoisonQueue before this
+// middleware if such messages can reach the handler.
+//
+// Add it after middlewares that retry (middleware.Retry), so that each attempt runs in
+// a transaction of its own, and after those that must see every delivery. A message
+// the handler receives is in the inbox's transaction for as long as the handler runs:
+// keep slow calls out of it, or they hold the claim's lock (and, on SQLite, the
+// database's one writer) that long.
+func Middleware(in *inbox.Inbox, consumer string) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			m, err := MessageOf(msg)
+			if err != nil {
+				return nil, err
+			}
+			var produced []*message.Message
+			orig := msg.Context()
+			o, err := in.Handle(orig, consumer, m, func(ctx context.Context, tx *sql.Tx, o inbox.Outcome) error {
+				msg.SetContext(context.WithValue(ctx, consumerTxKey{}, consumerTx{tx: tx, o: o}))
+				defer msg.SetContext(orig)
+				out, err := h(msg)
+				produced = out
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("watermillsink: message %s: %w", msg.UUID, err)
+			}
+			if o == inbox.Duplicate {
+				return nil, nil
+			}
+			return produced, nil
+		}
+	}
+}
+
+// Tx returns the transaction Middleware runs msg's handler in, and the inbox's outcome
+// for it: inbox.Claimed, or inbox.Stale with the inbox's stale check (the handler
+// decides, in the transaction, what to do with an older message of a group). It returns
+// a nil transaction outside such a handler.
+func Tx(msg *message.Message) (*sql.Tx, inbox.Outcome) {
+	c, _ := msg.Context().Value(consumerTxKey{}).(consumerTx)
+	return c.tx, c.o
+}
