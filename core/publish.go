@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxer-go/outboxer/core/internal/dialect"
+	"github.com/outboxer-go/outboxer/internal/nilhandle"
 )
 
 // MaxGroupKeyLen bounds group keys (they are indexed).
@@ -184,18 +184,6 @@ func (o *Outboxer) publishAll(ctx context.Context, db Executor, msgs []Message, 
 	}
 	o.published(envs, tx)
 	return envs, nil
-}
-
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface, reflect.Func, reflect.Chan:
-		return rv.IsNil()
-	}
-	return false
 }
 
 // ReservedHeader reports whether name is reserved for what the sinks add to a message
@@ -547,3 +535,6 @@ func (o *Outboxer) published(envs []Envelope, tx bool) {
 		o.outboxes[e.Outbox].signal(e.Partition, kind)
 	}
 }
+
+// isNil reports whether v is nil or a typed nil (see nilhandle.Is).
+func isNil(v any) bool { return nilhandle.Is(v) }
