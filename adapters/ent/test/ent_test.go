@@ -20,7 +20,7 @@ import (
 
 	"github.com/outboxer-go/outboxer/adapters/adaptertest"
 	entoutbox "github.com/outboxer-go/outboxer/adapters/ent"
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb"
 	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest"
 )
@@ -245,7 +245,7 @@ func TestAtlasMigrationFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		path := filepath.Join("migrations", string(d))
+		path := filepath.Join("..", "migrations", string(d))
 		if *update {
 			if err := os.RemoveAll(path); err != nil {
 				t.Fatal(err)

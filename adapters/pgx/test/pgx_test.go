@@ -130,7 +130,7 @@ func TestMigrationFilesMatchCore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{"000001_outboxer.up.sql": up, "000001_outboxer.down.sql": down} {
-		path := filepath.Join("migrations", "postgres", name)
+		path := filepath.Join("..", "migrations", "postgres", name)
 		if *update {
 			if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
 				t.Fatal(err)

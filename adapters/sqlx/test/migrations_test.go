@@ -26,7 +26,7 @@ func TestMigrationFilesMatchCore(t *testing.T) {
 			t.Fatal(err)
 		}
 		for name, want := range map[string]string{"000001_outboxer.up.sql": up, "000001_outboxer.down.sql": down} {
-			path := filepath.Join("migrations", string(d), name)
+			path := filepath.Join("..", "migrations", string(d), name)
 			if *update {
 				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 					t.Fatal(err)

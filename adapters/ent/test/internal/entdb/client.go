@@ -9,12 +9,12 @@ import (
 	"log"
 	"reflect"
 
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb/migrate"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb/migrate"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb/order"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb/order"
 
 	stdsql "database/sql"
 )

@@ -12,7 +12,7 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb/order"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb/order"
 )
 
 // ent aliases to avoid import conflicts in user's code.

@@ -10,8 +10,8 @@ import (
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb/order"
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb/predicate"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb/order"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb/predicate"
 )
 
 const (

@@ -8,7 +8,7 @@ import (
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb/order"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb/order"
 )
 
 // Order is the model entity for the Order schema.

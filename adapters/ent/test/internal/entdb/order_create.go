@@ -9,7 +9,7 @@ import (
 
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb/order"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb/order"
 )
 
 // OrderCreate is the builder for creating a Order entity.

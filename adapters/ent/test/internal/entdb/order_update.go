@@ -10,8 +10,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb/order"
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb/predicate"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb/order"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb/predicate"
 )
 
 // OrderUpdate is the builder for updating Order entities.

@@ -3,8 +3,8 @@
 package entdb
 
 import (
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb/order"
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb/schema"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb/order"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb/schema"
 )
 
 // The init function reads all schema descriptors with runtime code

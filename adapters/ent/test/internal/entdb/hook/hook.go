@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb"
 )
 
 // The OrderFunc type is an adapter to allow the use of ordinary

@@ -4,7 +4,7 @@ package order
 
 import (
 	"entgo.io/ent/dialect/sql"
-	"github.com/outboxer-go/outboxer/adapters/ent/internal/entdb/predicate"
+	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb/predicate"
 )
 
 // ID filters vertices based on their ID field.

@@ -2,7 +2,7 @@
 
 package runtime
 
-// The schema-stitching logic is generated in github.com/outboxer-go/outboxer/adapters/ent/internal/entdb/runtime.go
+// The schema-stitching logic is generated in github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb/runtime.go
 
 const (
 	Version = "v0.14.5"                                         // Version of ent codegen.
