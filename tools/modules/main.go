@@ -152,7 +152,7 @@ func writeVersion(root, version string) error {
 
 // workspace lists the modules of go.work, marking those versions.yaml releases.
 func workspace(root string, v versions) ([]module, error) {
-	cmd := exec.Command("go", "work", "edit", "-json")
+	cmd := exec.Command("go", "work", "edit", "-json", filepath.Join(root, "go.work"))
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {
