@@ -5,7 +5,6 @@ go 1.26.0
 require (
 	github.com/outboxer-go/outboxer v0.1.0
 	github.com/twmb/franz-go v1.22.3
-	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 )
 
 require (

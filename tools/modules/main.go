@@ -528,7 +528,7 @@ func consumer(root string) error {
 	if err := c.run(small, "go", "build", "./..."); err != nil {
 		return err
 	}
-	fmt.Printf("build list of a program importing core + adapters/gorm + sinks/kafka (go list -m all | wc -l): %d\n", strings.Count(list, "\n"))
+	fmt.Printf("build list of a program importing core + adapters/gorm + sinks/kafka (go list -m all | wc -l): %d\n%s", strings.Count(list, "\n"), list)
 	fmt.Printf("consumer: ok at %s\n", v.Version)
 	return nil
 }
