@@ -94,7 +94,7 @@ bench-quick: services
 CHAOS_SCALE ?= 1
 CHAOS_DIR ?= $(CURDIR)/bin/chaos
 FUZZTIME ?= 30s
-CHAOS_MODULES := ./dbtest ./sinks/kafka ./sinks/sqs ./sinks/watermill ./sinks/river
+CHAOS_MODULES := ./dbtest ./sinks/kafka/test ./sinks/sqs/test ./sinks/watermill/test ./sinks/river/test
 # Top-level tests to run, and (a second pass) the sinks' conformance suite's Poison case.
 CHAOS_RUN ?= Chaos|Restart|^TestPoison$$
 CHAOS_RUN_SUB ?= ^TestConformance$$/^Poison$$
@@ -103,7 +103,7 @@ chaos: deps
 	@status=0; \
 	for m in $(CHAOS_MODULES); do \
 		echo "== chaos $$m"; \
-		log=$(CHAOS_DIR)/test-$$(basename $$m).log; \
+		log=$(CHAOS_DIR)/test-$$(echo $${m#./} | tr / -).log; \
 		(cd $$m && rc=0 && for run in '$(CHAOS_RUN)' '$(CHAOS_RUN_SUB)'; do \
 			OUTBOXER_CHAOS=$(CHAOS_SCALE) OUTBOXER_DISRUPTIVE=1 OUTBOXER_SCOREBOARD=$(CHAOS_DIR)/scores.jsonl \
 			$(GOTEST) -count=1 -timeout 30m -v -run "$$run" ./... || rc=1; done > $$log 2>&1; exit $$rc) || status=1; \
