@@ -1,44 +1,79 @@
-# Every target runs over every module of the workspace (go.work), each on its own:
-# GOWORK=off, so a module builds only with what its own go.mod and go.sum say.
-MODULES := $(shell env -u GOWORK go list -m -f '{{.Dir}}' | sed "s|^$(CURDIR)|.|")
-export GOWORK := off
+# Every target runs over every module of the workspace (go.work), in workspace mode: the
+# released modules (versions.yaml) require one another at the release version, and go.work
+# builds each from its directory. `make modules` checks that each module's own go.mod and
+# go.sum are tidy and sufficient, as a user builds it, and plays a new user (go get,
+# go install from a tagged copy); see tools/modules.
+MODULES := $(shell sed -n 's/^[[:space:]]*\(\.[^[:space:]]*\)$$/\1/p' go.work)
+export GOWORK := $(CURDIR)/go.work
+# Before the release version is tagged, no proxy has it: a file proxy under bin/ serves a
+# fixed go.mod for each released module at that version (tools/modules devproxy).
+DEVPROXY := $(CURDIR)/bin/devproxy
+export GOPROXY := file://$(DEVPROXY),$(shell env -u GOPROXY go env GOPROXY)
+export GONOSUMDB := github.com/outboxer-go/outboxer
+# The tools module needs only the standard library; it runs outside the workspace.
+MODTOOL := cd tools && GOWORK=off go run ./modules
 GOTEST ?= go test
 TESTFLAGS ?= -count=1 -timeout 20m
+# The next Go release, on which CI also builds, vets and runs the root module's and the SQLite tests.
+GO_NEXT ?= go1.27.3
 
-.PHONY: all build vet test race deps services tidy bench bench-quick quickstart disruptive chaos
+.PHONY: all build vet test race deps services tidy bench bench-quick quickstart disruptive chaos \
+	devproxy modules release go-next
 
 all: build vet test
 
 ## test: everything a change must pass: build, vet, every module's tests, then again under the race detector
-test: deps build vet
+test: deps build vet modules
 	@set -e; for m in $(MODULES); do echo "== test $$m"; (cd $$m && $(GOTEST) $(TESTFLAGS) ./...); done
+	@$(MAKE) --no-print-directory go-next
 	@$(MAKE) --no-print-directory race
 	@$(MAKE) --no-print-directory disruptive
 
-build:
-	@set -e; for m in $(MODULES); do echo "== build $$m"; (cd $$m && go build ./...); done
+build: devproxy
+	@set -e; for m in $(MODULES); do echo "== build $$m"; (cd $$m && go build -o /dev/null ./...); done
 
-vet:
+vet: devproxy
 	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && go vet ./...); done
 
-race:
+race: devproxy
 	@set -e; for m in $(MODULES); do echo "== race $$m"; (cd $$m && $(GOTEST) -race $(TESTFLAGS) ./...); done
 
 ## disruptive: tests that restart a database server; run alone, after the others
-disruptive:
+disruptive: devproxy
 	@echo "== disruptive ./dbtest"; cd dbtest && OUTBOXER_DISRUPTIVE=1 $(GOTEST) $(TESTFLAGS) -run 'Restart' ./...
 
 ## deps: services up, npm packages (the SQS emulator), Go modules
-deps: services
+deps: services devproxy
 	@if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; fi
 	@set -e; for m in $(MODULES); do (cd $$m && go mod download); done
 
 services:
 	@./scripts/services.sh
 
-## tidy: go mod tidy in every module (each on its own, as a user would build it)
+devproxy:
+	@$(MODTOOL) devproxy $(DEVPROXY)
+
+## tidy: go mod tidy in every module (each on its own, as a user builds it, through a tagged copy)
 tidy:
-	@set -e; for m in $(MODULES); do echo "== tidy $$m"; (cd $$m && GOWORK=off go mod tidy); done
+	@$(MODTOOL) tidy
+
+## modules: no replace, one version for the released set, every module tidy; then the consumer
+## check: the README's go get / go install lines from a fresh module, against a tagged copy
+modules:
+	@$(MODTOOL) check
+	@$(MODTOOL) consumer
+
+## release: make release VERSION=vX.Y.Z rewrites every requirement between released modules to
+## VERSION, tidies every module and prints the tags to push, in dependency order. Pushes nothing.
+release:
+	@test -n "$(VERSION)" || (echo "usage: make release VERSION=vX.Y.Z" && exit 2)
+	@$(MODTOOL) release $(VERSION)
+
+## go-next: build and vet every module on $(GO_NEXT), and run the root module's and the SQLite tests
+go-next: devproxy
+	@set -e; for m in $(MODULES); do echo "== $(GO_NEXT) build+vet $$m"; (cd $$m && GOTOOLCHAIN=$(GO_NEXT) go build -o /dev/null ./... && GOTOOLCHAIN=$(GO_NEXT) go vet ./...); done
+	@echo "== $(GO_NEXT) test ."; GOTOOLCHAIN=$(GO_NEXT) $(GOTEST) $(TESTFLAGS) ./...
+	@echo "== $(GO_NEXT) test ./dbtest (SQLite)"; cd dbtest && GOTOOLCHAIN=$(GO_NEXT) $(GOTEST) $(TESTFLAGS) -run '/^sqlite$$' ./...
 
 quickstart:
 	go run ./examples/quickstart
@@ -59,7 +94,7 @@ bench-quick: services
 CHAOS_SCALE ?= 1
 CHAOS_DIR ?= $(CURDIR)/bin/chaos
 FUZZTIME ?= 30s
-CHAOS_MODULES := ./dbtest ./sinks/kafka ./sinks/sqs ./sinks/watermill ./sinks/river
+CHAOS_MODULES := ./dbtest ./sinks/kafka/test ./sinks/sqs/test ./sinks/watermill/test ./sinks/river/test
 # Top-level tests to run, and (a second pass) the sinks' conformance suite's Poison case.
 CHAOS_RUN ?= Chaos|Restart|^TestPoison$$
 CHAOS_RUN_SUB ?= ^TestConformance$$/^Poison$$
@@ -68,7 +103,7 @@ chaos: deps
 	@status=0; \
 	for m in $(CHAOS_MODULES); do \
 		echo "== chaos $$m"; \
-		log=$(CHAOS_DIR)/test-$$(basename $$m).log; \
+		log=$(CHAOS_DIR)/test-$$(echo $${m#./} | tr / -).log; \
 		(cd $$m && rc=0 && for run in '$(CHAOS_RUN)' '$(CHAOS_RUN_SUB)'; do \
 			OUTBOXER_CHAOS=$(CHAOS_SCALE) OUTBOXER_DISRUPTIVE=1 OUTBOXER_SCOREBOARD=$(CHAOS_DIR)/scores.jsonl \
 			$(GOTEST) -count=1 -timeout 30m -v -run "$$run" ./... || rc=1; done > $$log 2>&1; exit $$rc) || status=1; \

@@ -2,16 +2,12 @@ module github.com/outboxer-go/outboxer/bench
 
 go 1.26.0
 
-replace github.com/outboxer-go/outboxer => ../
-
-replace github.com/outboxer-go/outboxer/dbtest => ../dbtest
-
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/outboxer-go/outboxer v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/dbtest v0.0.0-00010101000000-000000000000
+	github.com/outboxer-go/outboxer v0.1.0
+	github.com/outboxer-go/outboxer/dbtest v0.1.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	modernc.org/sqlite v1.62.0

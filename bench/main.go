@@ -2,8 +2,8 @@
 // plain SQL fetch-and-delete loop, Watermill's SQL forwarder and River, in one run, and
 // writes BENCHMARKS.md and bench/results.json.
 //
-//	cd bench && GOWORK=off go run .          # the full run (about 30 minutes)
-//	cd bench && GOWORK=off go run . -quick   # a smoke run (about 3 minutes) into bench/*-quick.*
+//	cd bench && go run .          # the full run (about 30 minutes)
+//	cd bench && go run . -quick   # a smoke run (about 3 minutes) into bench/*-quick.*
 //
 // Systems alternate run by run within each round; figures are medians over the rounds
 // with their min and max.

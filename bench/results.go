@@ -83,7 +83,7 @@ func (r *results) readAnalysis(c config) {
 }
 
 func newResults(c config, args []string) *results {
-	cmd := "cd bench && GOWORK=off go run ."
+	cmd := "cd bench && go run ."
 	if len(args) > 0 {
 		cmd += " " + strings.Join(args, " ")
 	}

@@ -2,12 +2,10 @@ module github.com/outboxer-go/outboxer/dbtest
 
 go 1.26.0
 
-replace github.com/outboxer-go/outboxer => ../
-
 require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/outboxer-go/outboxer v0.0.0-00010101000000-000000000000
+	github.com/outboxer-go/outboxer v0.1.0
 	go.uber.org/goleak v1.3.0
 	modernc.org/sqlite v1.62.0
 )

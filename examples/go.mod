@@ -2,16 +2,14 @@ module github.com/outboxer-go/outboxer/examples
 
 go 1.26.0
 
-replace github.com/outboxer-go/outboxer => ../
-
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jmoiron/sqlx v1.4.0
-	github.com/outboxer-go/outboxer v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/otel v0.0.0-00010101000000-000000000000
+	github.com/outboxer-go/outboxer v0.1.0
+	github.com/outboxer-go/outboxer/otel v0.1.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverdatabasesql v0.51.2
@@ -94,43 +92,19 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
-	github.com/outboxer-go/outboxer/adapters/bun v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/adapters/ent v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/adapters/gorm v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/adapters/pgx v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/adapters/sqlx v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/dbtest v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/sinks/kafka v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/sinks/river v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/sinks/sqs v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/sinks/watermill v0.0.0-00010101000000-000000000000
+	github.com/outboxer-go/outboxer/adapters/bun v0.1.0
+	github.com/outboxer-go/outboxer/adapters/ent v0.1.0
+	github.com/outboxer-go/outboxer/adapters/gorm v0.1.0
+	github.com/outboxer-go/outboxer/adapters/pgx v0.1.0
+	github.com/outboxer-go/outboxer/adapters/sqlx v0.1.0
+	github.com/outboxer-go/outboxer/dbtest v0.1.0
+	github.com/outboxer-go/outboxer/sinks/kafka v0.1.0
+	github.com/outboxer-go/outboxer/sinks/river v0.1.0
+	github.com/outboxer-go/outboxer/sinks/sqs v0.1.0
+	github.com/outboxer-go/outboxer/sinks/watermill v0.1.0
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
-
-replace github.com/outboxer-go/outboxer/sinks/kafka => ../sinks/kafka
-
-replace github.com/outboxer-go/outboxer/sinks/sqs => ../sinks/sqs
-
-replace github.com/outboxer-go/outboxer/adapters/gorm => ../adapters/gorm
-
-replace github.com/outboxer-go/outboxer/adapters/bun => ../adapters/bun
-
-replace github.com/outboxer-go/outboxer/adapters/ent => ../adapters/ent
-
-replace github.com/outboxer-go/outboxer/adapters/sqlx => ../adapters/sqlx
-
-replace github.com/outboxer-go/outboxer/adapters/pgx => ../adapters/pgx
-
-replace github.com/outboxer-go/outboxer/adapters/adaptertest => ../adapters/adaptertest
-
-replace github.com/outboxer-go/outboxer/dbtest => ../dbtest
-
-replace github.com/outboxer-go/outboxer/sinks/watermill => ../sinks/watermill
-
-replace github.com/outboxer-go/outboxer/sinks/river => ../sinks/river
-
-replace github.com/outboxer-go/outboxer/otel => ../otel

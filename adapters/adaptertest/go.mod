@@ -2,13 +2,9 @@ module github.com/outboxer-go/outboxer/adapters/adaptertest
 
 go 1.26.0
 
-replace github.com/outboxer-go/outboxer => ../../
-
-replace github.com/outboxer-go/outboxer/dbtest => ../../dbtest
-
 require (
-	github.com/outboxer-go/outboxer v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/dbtest v0.0.0-00010101000000-000000000000
+	github.com/outboxer-go/outboxer v0.1.0
+	github.com/outboxer-go/outboxer/dbtest v0.1.0
 )
 
 require (

@@ -2,20 +2,6 @@ module github.com/outboxer-go/outboxer/cmd/outboxer
 
 go 1.26.0
 
-replace github.com/outboxer-go/outboxer => ../../
-
-replace github.com/outboxer-go/outboxer/dbtest => ../../dbtest
-
-replace github.com/outboxer-go/outboxer/sinks/watermill => ../../sinks/watermill
-
-replace github.com/outboxer-go/outboxer/sinks/kafka => ../../sinks/kafka
-
-replace github.com/outboxer-go/outboxer/sinks/river => ../../sinks/river
-
-replace github.com/outboxer-go/outboxer/sinks/sqs => ../../sinks/sqs
-
-replace github.com/outboxer-go/outboxer/otel => ../../otel
-
 require (
 	github.com/BurntSushi/toml v1.6.0
 	github.com/ThreeDotsLabs/watermill v1.5.1
@@ -25,12 +11,12 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/outboxer-go/outboxer v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/dbtest v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/sinks/kafka v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/sinks/river v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/sinks/sqs v0.0.0-00010101000000-000000000000
-	github.com/outboxer-go/outboxer/sinks/watermill v0.0.0-00010101000000-000000000000
+	github.com/outboxer-go/outboxer v0.1.0
+	github.com/outboxer-go/outboxer/dbtest v0.1.0
+	github.com/outboxer-go/outboxer/sinks/kafka v0.1.0
+	github.com/outboxer-go/outboxer/sinks/river v0.1.0
+	github.com/outboxer-go/outboxer/sinks/sqs v0.1.0
+	github.com/outboxer-go/outboxer/sinks/watermill v0.1.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverdatabasesql v0.51.2
 	github.com/twmb/franz-go v1.22.3

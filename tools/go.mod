@@ -1,0 +1,3 @@
+module github.com/outboxer-go/outboxer/tools
+
+go 1.26.0
