@@ -75,7 +75,9 @@ go-next: devproxy
 	@echo "== $(GO_NEXT) test ."; GOTOOLCHAIN=$(GO_NEXT) $(GOTEST) $(TESTFLAGS) ./...
 	@echo "== $(GO_NEXT) test ./dbtest (SQLite)"; cd dbtest && GOTOOLCHAIN=$(GO_NEXT) $(GOTEST) $(TESTFLAGS) -run '/^sqlite$$' ./...
 
-quickstart:
+## quickstart: the README's first command; through make, so the unreleased sibling modules
+## resolve (devproxy) on a machine whose module cache has never seen them
+quickstart: devproxy
 	go run ./examples/quickstart
 
 ## bench: the full benchmark run (about 25-30 min, PostgreSQL on 127.0.0.1:5432); rewrites
