@@ -82,11 +82,11 @@ quickstart: devproxy
 
 ## bench: the full benchmark run (about 25-30 min, PostgreSQL on 127.0.0.1:5432); rewrites
 ## BENCHMARKS.md and bench/results.json. Not part of test.
-bench: services
+bench: services devproxy
 	cd bench && go run . $(BENCHFLAGS)
 
 ## bench-quick: every workload in about 3 min; writes bench/*-quick.* (ignored by git)
-bench-quick: services
+bench-quick: services devproxy
 	cd bench && go run . -quick
 
 ## chaos: the reliability suite's long versions (OUTBOXER_CHAOS), the database restarts
