@@ -271,6 +271,7 @@ func TestChaosInboxEndToEnd(t *testing.T) {
 		var killsDone atomic.Bool
 		var wg sync.WaitGroup
 		pubErr := make(chan error, groups)
+		defer func() { killsDone.Store(true); wg.Wait() }() // publishers stop on a failure too
 		for g := range groups {
 			wg.Add(1)
 			go func() {
