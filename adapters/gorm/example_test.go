@@ -2,7 +2,6 @@ package gormoutbox_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,8 +12,11 @@ import (
 
 	gormoutbox "github.com/outboxer-go/outboxer/adapters/gorm"
 	"github.com/outboxer-go/outboxer/core"
-	"github.com/outboxer-go/outboxer/dbtest" // registers the SQLite driver, modernc.org/sqlite
 )
+
+// The examples run on SQLite through gorm.io/driver/sqlite (mattn/go-sqlite3, cgo): the
+// driver gorm's own go.mod already requires, so that these examples add no module to the
+// build list of a program using this adapter.
 
 type OrderPlaced struct {
 	OrderID int64 `json:"order_id"`
@@ -22,13 +24,19 @@ type OrderPlaced struct {
 
 func (OrderPlaced) Outbox() string { return "orders" }
 
+type Order struct {
+	ID   int64 `gorm:"primaryKey;autoIncrement:false"`
+	Note string
+}
+
 func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "gormoutbox")
 	defer os.RemoveAll(dir)
-	pool, _ := sql.Open("sqlite", dbtest.SQLiteDSN(filepath.Join(dir, "shop.db")))
+	dsn := "file:" + filepath.ToSlash(filepath.Join(dir, "shop.db")) + "?_journal_mode=WAL&_txlock=immediate"
+	db, _ := gorm.Open(sqlite.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	pool, _ := db.DB()
 	defer pool.Close()
-	db, _ := gorm.Open(sqlite.New(sqlite.Config{Conn: pool}), &gorm.Config{Logger: logger.Discard})
 	_ = db.AutoMigrate(&Order{})
 	_ = gormoutbox.Migrate(ctx, db, core.MigrateOptions{})
 
@@ -62,9 +70,10 @@ func ExamplePublish() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "gormoutbox")
 	defer os.RemoveAll(dir)
-	pool, _ := sql.Open("sqlite", dbtest.SQLiteDSN(filepath.Join(dir, "shop.db")))
+	dsn := "file:" + filepath.ToSlash(filepath.Join(dir, "shop.db")) + "?_journal_mode=WAL&_txlock=immediate"
+	db, _ := gorm.Open(sqlite.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	pool, _ := db.DB()
 	defer pool.Close()
-	db, _ := gorm.Open(sqlite.New(sqlite.Config{Conn: pool}), &gorm.Config{Logger: logger.Discard})
 	_ = db.AutoMigrate(&Order{})
 	_ = gormoutbox.Migrate(ctx, db, core.MigrateOptions{})
 	ob, _ := core.New(core.Config{DB: pool, PublishOnly: true, Outboxes: map[string]core.OutboxConfig{"orders": {}}})

@@ -7,11 +7,14 @@ import (
 	"path/filepath"
 
 	"github.com/jmoiron/sqlx"
+	_ "github.com/mattn/go-sqlite3" // the SQLite driver sqlx's own go.mod requires (cgo)
 
 	sqlxoutbox "github.com/outboxer-go/outboxer/adapters/sqlx"
 	"github.com/outboxer-go/outboxer/core"
-	"github.com/outboxer-go/outboxer/dbtest" // registers the SQLite driver, modernc.org/sqlite
 )
+
+// The examples run on SQLite through mattn/go-sqlite3, which sqlx's own go.mod already
+// requires, so that they add no module to the build list of a program using this adapter.
 
 type OrderPlaced struct {
 	OrderID int64 `json:"order_id"`
@@ -23,7 +26,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "sqlxoutbox")
 	defer os.RemoveAll(dir)
-	db := sqlx.MustOpen("sqlite", dbtest.SQLiteDSN(filepath.Join(dir, "shop.db")))
+	db := sqlx.MustOpen("sqlite3", "file:"+filepath.ToSlash(filepath.Join(dir, "shop.db"))+"?_journal_mode=WAL&_txlock=immediate")
 	defer db.Close()
 	_ = sqlxoutbox.Migrate(ctx, db, core.MigrateOptions{Dialect: core.SQLite})
 	db.MustExec(`CREATE TABLE orders (id INTEGER PRIMARY KEY, note TEXT NOT NULL)`)
@@ -58,7 +61,7 @@ func ExampleSavepoint() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "sqlxoutbox")
 	defer os.RemoveAll(dir)
-	db := sqlx.MustOpen("sqlite", dbtest.SQLiteDSN(filepath.Join(dir, "shop.db")))
+	db := sqlx.MustOpen("sqlite3", "file:"+filepath.ToSlash(filepath.Join(dir, "shop.db"))+"?_journal_mode=WAL&_txlock=immediate")
 	defer db.Close()
 	_ = sqlxoutbox.Migrate(ctx, db, core.MigrateOptions{Dialect: core.SQLite})
 	ob, _ := core.New(core.Config{DB: db.DB, PublishOnly: true, Outboxes: map[string]core.OutboxConfig{"orders": {}}})
