@@ -491,7 +491,7 @@ func (h *handler) message(w http.ResponseWriter, r *http.Request) {
 		d.Headers = append(d.Headers, [2]string{k, m.Headers[k]})
 	}
 	d.TraceID = traceID(m.Headers["traceparent"])
-	if d.Group, err = s.groupPending(ctx, m, 20); err != nil {
+	if d.Group, err = s.groupWaiting(ctx, m, 20); err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}

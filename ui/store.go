@@ -234,7 +234,11 @@ func (s *store) where(outbox string, f filter) (string, []any) {
 	args := []any{outbox}
 	switch f.State {
 	case "retrying":
-		conds = append(conds, "state IN "+core.StoredPendingStates, "attempts > 0")
+		// Failed at least once and waiting: for the retry (waiting), or behind an
+		// earlier message of the group (held). The partial index of waiting and held
+		// rows serves it. A failed message that is due again is ready and not listed
+		// here: the relay takes it at its next poll.
+		conds = append(conds, "state IN (3, 4)", "attempts > 0")
 	case "scheduled":
 		conds = append(conds, "state = 3", "attempts = 0", "available_at > "+s.now())
 	case "dead":
@@ -410,14 +414,17 @@ func (s *store) message(ctx context.Context, outbox string, id int64) (m message
 	return m, true, nil
 }
 
-// groupPending returns up to limit other pending messages of the message's group.
-func (s *store) groupPending(ctx context.Context, m message, limit int) ([]row, error) {
+// groupWaiting returns up to limit other messages of the message's group that wait: for
+// a retry, for their scheduled time, or behind an earlier message of the group (held).
+// These are what a blocked group holds back; ready messages of the group are not read
+// (no index has the group of ready rows: a rare group would cost a scan).
+func (s *store) groupWaiting(ctx context.Context, m message, limit int) ([]row, error) {
 	if m.Group == "" {
 		return nil, nil
 	}
 	var out []row
-	err := s.query(ctx, `SELECT `+s.rowCols()+` FROM `+s.msgs+` WHERE outbox = ? AND part = ? AND group_key = ? AND state IN `+
-		core.StoredPendingStates+` AND id <> ? ORDER BY id LIMIT ?`, []any{m.Outbox, m.Partition, m.Group, m.ID, limit},
+	err := s.query(ctx, `SELECT `+s.rowCols()+` FROM `+s.msgs+` WHERE outbox = ? AND part = ? AND group_key = ? AND state IN (3, 4)`+
+		` AND id <> ? ORDER BY id LIMIT ?`, []any{m.Outbox, m.Partition, m.Group, m.ID, limit},
 		func(scan func(...any) error) error {
 			r, err := scanRow(scan)
 			out = append(out, r)
