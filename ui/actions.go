@@ -74,8 +74,8 @@ func (a action) Fields() [][2]string {
 	if a.Scope == "filter" {
 		p := a.Filter.params()
 		for i := 0; i+1 < len(p); i += 2 {
-			if v := fmt.Sprint(p[i+1]); v != "" && v != "0" {
-				out = append(out, [2]string{p[i].(string), v})
+			if !isZero(p[i+1]) {
+				out = append(out, [2]string{p[i].(string), fmt.Sprint(p[i+1])})
 			}
 		}
 		out = append(out, [2]string{"upto", strconv.FormatInt(a.Upto, 10)})
@@ -332,7 +332,7 @@ func (h *handler) do(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, fmt.Errorf("%s stopped after %s in %d batches: %w", a.Op, plural(n, "message"), batches, err))
 		return
 	}
-	back := a.back("done", a.Op, "n", strconv.FormatInt(n, 10), "b", strconv.FormatInt(batches, 10))
+	back := a.back("done", a.Op, "n", n, "b", batches)
 	if a.Op == "pause" || a.Op == "resume" {
 		back = link("outbox", "i", s.name, "o", o, "done", a.Op)
 	}

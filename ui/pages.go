@@ -112,20 +112,31 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, err e
 }
 
 // link builds a relative link to a page of the dashboard with query parameters given as
-// name, value pairs (empty values are left out).
+// name, value pairs (empty strings and zero numbers are left out).
 func link(pageName string, kv ...any) string {
 	v := url.Values{}
 	for i := 0; i+1 < len(kv); i += 2 {
-		val := fmt.Sprint(kv[i+1])
-		if val == "" || val == "0" {
+		if isZero(kv[i+1]) {
 			continue
 		}
-		v.Add(fmt.Sprint(kv[i]), val)
+		v.Add(fmt.Sprint(kv[i]), fmt.Sprint(kv[i+1]))
 	}
 	if len(v) == 0 {
 		return pageName
 	}
 	return pageName + "?" + v.Encode()
+}
+
+func isZero(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return x == ""
+	case int:
+		return x == 0
+	case int64:
+		return x == 0
+	}
+	return v == nil
 }
 
 func stateName(st int) string {

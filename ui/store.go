@@ -337,15 +337,8 @@ func (s *store) list(ctx context.Context, outbox string, f filter, after, before
 		args = append(args, after)
 	}
 	args = append(args, limit)
-	orderBy := "id " + order
-	if f.State == "dead" && s.dialect != core.MySQL {
-		// The same order (one outbox), in the terms of the partial index of dead rows
-		// (outbox, id): PostgreSQL would otherwise walk the primary key from the start
-		// when the dead rows are the newest, reading the whole backlog first.
-		orderBy = "outbox " + order + ", id " + order
-	}
 	var out []row
-	err := s.query(ctx, `SELECT `+s.rowCols()+` FROM `+s.msgs+` WHERE `+cond+` ORDER BY `+orderBy+` LIMIT ?`, args, func(scan func(...any) error) error {
+	err := s.query(ctx, `SELECT `+s.rowCols()+` FROM `+s.msgs+` WHERE `+cond+` ORDER BY id `+order+` LIMIT ?`, args, func(scan func(...any) error) error {
 		r, err := scanRow(scan)
 		out = append(out, r)
 		return err

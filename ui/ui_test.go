@@ -82,3 +82,9 @@ func TestLikeEscape(t *testing.T) {
 		t.Fatalf("likeEscape: %q", got)
 	}
 }
+
+func TestLinkKeepsNamesThatLookLikeZero(t *testing.T) {
+	if got := link("outbox", "i", "main", "o", "0", "after", int64(0), "group", ""); got != "outbox?i=main&o=0" {
+		t.Fatalf("link: %q", got)
+	}
+}
