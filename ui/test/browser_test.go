@@ -87,6 +87,18 @@ func eval[T any](t *testing.T, ctx context.Context, expr string) T {
 	return v
 }
 
+// waitFor polls a JavaScript condition until it holds.
+func waitFor(t *testing.T, ctx context.Context, cond string) {
+	t.Helper()
+	for range 200 {
+		if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](cond)); err == nil && ok {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("waited 10s for %s", cond)
+}
+
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
 	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
@@ -156,9 +168,10 @@ func TestBrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS(`#filters input[name=hk]`), "tenant"),
 		chromedp.SendKeys(chromedp.CSS(`#filters input[name=hv]`), "other"),
 		chromedp.Click(chromedp.CSS(`#apply`)),
-		chromedp.WaitVisible(chromedp.CSS(`#messages`)),
-		shot(t, "messages"),
 	)
+	// The list before the filter has the same table: wait for the filtered page.
+	waitFor(t, ctx, `location.search.includes("hv=other") && document.readyState === "complete"`)
+	run(t, ctx, "see the filtered list", chromedp.WaitVisible(chromedp.CSS(`#messages`)), shot(t, "messages"))
 	rows := eval[int](t, ctx, `document.querySelectorAll("tr.msg-row").length`)
 	if rows != 1 {
 		t.Fatalf("the filtered list shows %d rows, want 1", rows)
