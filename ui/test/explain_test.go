@@ -108,13 +108,15 @@ func TestListQueriesUseAnIndex(t *testing.T) {
 	ctx := context.Background()
 	// 100,000 more messages over three outboxes: mostly ready, some waiting, held, dead
 	// and delivered (kept).
-	_, err := db.ExecContext(ctx, `INSERT INTO "Order" (outbox, type, group_key, part, payload, headers, state, attempts, last_error, available_at)
+	// Created over the last 50 minutes, the oldest first, as a backlog builds up.
+	_, err := db.ExecContext(ctx, `INSERT INTO "Order" (outbox, type, group_key, part, payload, headers, state, attempts, last_error, available_at, created_at)
 		SELECT 'bulk' || (i % 3), 'type' || (i % 7), 'g' || (i % 1000), i % 4, convert_to('{"n":' || i || '}', 'UTF8'),
 			'{"tenant":"t' || (i % 5) || '"}',
 			CASE WHEN i % 10 = 0 THEN 2 WHEN i % 10 = 1 THEN 3 WHEN i % 10 = 2 THEN 4 WHEN i % 10 = 3 THEN 1 ELSE 0 END,
 			CASE WHEN i % 10 IN (0, 1) THEN 3 ELSE 0 END,
 			CASE WHEN i % 10 IN (0, 1) THEN 'timeout ' || i END,
-			now() + CASE WHEN i % 10 = 1 THEN interval '1 hour' ELSE interval '0' END
+			now() + CASE WHEN i % 10 = 1 THEN interval '1 hour' ELSE interval '0' END,
+			now() - (100000 - i) * interval '30 milliseconds'
 		FROM generate_series(1, 100000) AS i`)
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +163,7 @@ func TestListQueriesUseAnIndex(t *testing.T) {
 		"messages?i=main&o=bulk0&hk=tenant&hv=t2&after=" + m,
 		"messages?i=main&o=bulk0&state=dead&err=timeout+9",
 		"messages?i=main&o=bulk0&min=" + m + "&max=" + strconv.FormatInt(mid+5000, 10),
-		"messages?i=main&o=bulk0&age=1s",
+		"messages?i=main&o=bulk0&age=10m",
 		"message?i=main&o=bulk0&id=" + strconv.FormatInt(one, 10),
 	}
 	rec.take()
