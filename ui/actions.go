@@ -110,23 +110,31 @@ func retryFilter(f filter) filter {
 	return f
 }
 
-func (h *handler) confirm(w http.ResponseWriter, r *http.Request) {
+// posted reads the action a POST asks for, after its CSRF token, and the instance and
+// outbox it names; on a failure it has answered the request and ok is false.
+func (h *handler) posted(w http.ResponseWriter, r *http.Request) (a action, s *store, o string, boxes map[string]int, ok bool) {
 	if err := h.checkCSRF(r); err != nil {
 		h.fail(w, r, http.StatusForbidden, err)
-		return
+		return a, nil, "", nil, false
 	}
-	ctx := r.Context()
 	a, err := readAction(r.PostForm)
 	if err != nil {
 		h.fail(w, r, http.StatusBadRequest, err)
+		return a, nil, "", nil, false
+	}
+	if s, o, boxes, ok = h.picked(w, r, r.PostForm); ok {
+		a.Instance = s.name
+	}
+	return a, s, o, boxes, ok
+}
+
+func (h *handler) confirm(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	a, s, o, _, ok := h.posted(w, r)
+	if !ok {
 		return
 	}
-	s, o, _, err := h.pick(ctx, r.PostForm)
-	if err != nil {
-		h.pickFail(w, r, err)
-		return
-	}
-	a.Instance = s.name
+	var err error
 	d := confirmData{Action: a, Cancel: a.back()}
 	where := fmt.Sprintf("outbox %q of %s (instance %s)", o, s.msgs, s.name)
 	switch a.Op {
@@ -247,22 +255,11 @@ func idList(ids []int64) string {
 
 // do carries out a confirmed action and sends the browser back with its report.
 func (h *handler) do(w http.ResponseWriter, r *http.Request) {
-	if err := h.checkCSRF(r); err != nil {
-		h.fail(w, r, http.StatusForbidden, err)
-		return
-	}
 	ctx := r.Context()
-	a, err := readAction(r.PostForm)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err)
+	a, s, o, boxes, ok := h.posted(w, r)
+	if !ok {
 		return
 	}
-	s, o, boxes, err := h.pick(ctx, r.PostForm)
-	if err != nil {
-		h.pickFail(w, r, err)
-		return
-	}
-	a.Instance = s.name
 	ob, err := s.admin(map[string]int{o: boxes[o]})
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)

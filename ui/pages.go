@@ -308,12 +308,19 @@ func (h *handler) pick(ctx context.Context, q url.Values) (*store, string, map[s
 	return s, o, boxes, nil
 }
 
-func (h *handler) pickFail(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, errNotFound) {
+// picked is pick for a handler: on a failure it has answered the request (404 for an
+// unknown instance or outbox) and ok is false.
+func (h *handler) picked(w http.ResponseWriter, r *http.Request, q url.Values) (*store, string, map[string]int, bool) {
+	s, o, boxes, err := h.pick(r.Context(), q)
+	switch {
+	case errors.Is(err, errNotFound):
 		h.fail(w, r, http.StatusNotFound, err)
-		return
+	case err != nil:
+		h.fail(w, r, http.StatusInternalServerError, err)
+	default:
+		return s, o, boxes, true
 	}
-	h.fail(w, r, http.StatusInternalServerError, err)
+	return nil, "", nil, false
 }
 
 type outboxData struct {
@@ -325,9 +332,8 @@ type outboxData struct {
 
 func (h *handler) outbox(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	s, o, boxes, err := h.pick(ctx, r.URL.Query())
-	if err != nil {
-		h.pickFail(w, r, err)
+	s, o, boxes, ok := h.picked(w, r, r.URL.Query())
+	if !ok {
 		return
 	}
 	ob, err := s.admin(boxes)
@@ -415,9 +421,8 @@ func (d messagesData) Params() []any {
 func (h *handler) messages(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
-	s, o, _, err := h.pick(ctx, q)
-	if err != nil {
-		h.pickFail(w, r, err)
+	s, o, _, ok := h.picked(w, r, q)
+	if !ok {
 		return
 	}
 	d := messagesData{Instance: s.name, Outbox: o, States: states}
@@ -477,9 +482,8 @@ const shownPayload = 1 << 20
 func (h *handler) message(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
-	s, o, _, err := h.pick(ctx, q)
-	if err != nil {
-		h.pickFail(w, r, err)
+	s, o, _, ok := h.picked(w, r, q)
+	if !ok {
 		return
 	}
 	id, err := optInt(q, "id")
