@@ -3,6 +3,8 @@ module github.com/outboxer-go/outboxer/ui/test
 go 1.26.0
 
 require (
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/outboxer-go/outboxer v0.1.0
 	github.com/outboxer-go/outboxer/dbtest v0.1.0
 	github.com/outboxer-go/outboxer/ui v0.1.0
@@ -10,8 +12,6 @@ require (
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
-	github.com/chromedp/cdproto v0.159.0 // indirect
-	github.com/chromedp/chromedp v0.23.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
