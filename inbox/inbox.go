@@ -268,25 +268,33 @@ func (in *Inbox) Claim(ctx context.Context, exec core.Executor, consumer string,
 	}
 	// The group's mark: a new group gets the message's Seq, an existing one is raised
 	// to it when it is lower; neither means a later message of the group came first.
-	res, err = exec.ExecContext(ctx, in.sql.claimGroup, consumer, m.Group, m.Seq)
-	if err != nil {
-		return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+	// Unless the pruner deleted the mark (not raised within the window) between the two
+	// statements: on PostgreSQL the insert's conflict check takes no lock, so the raise
+	// can find no row. The second round inserts the mark then; a mark inserted since
+	// by another consumer is new, so the pruner cannot take it again.
+	for round := 0; ; round++ {
+		res, err = exec.ExecContext(ctx, in.sql.claimGroup, consumer, m.Group, m.Seq)
+		if err != nil {
+			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+		} else if n == 1 {
+			return Claimed, nil
+		}
+		res, err = exec.ExecContext(ctx, in.sql.raiseGroup, m.Seq, consumer, m.Group, m.Seq)
+		if err != nil {
+			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+		} else if n == 1 {
+			return Claimed, nil
+		}
+		if round == 1 {
+			return Stale, nil
+		}
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
-	} else if n == 1 {
-		return Claimed, nil
-	}
-	res, err = exec.ExecContext(ctx, in.sql.raiseGroup, m.Seq, consumer, m.Group, m.Seq)
-	if err != nil {
-		return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
-	} else if n == 0 {
-		return Stale, nil
-	}
-	return Claimed, nil
 }
 
 func checkText(what, s string, maxLen int, empty bool) error {
