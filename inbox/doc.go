@@ -31,6 +31,11 @@
 // first may fail with SQLITE_BUSY instead of waiting). On PostgreSQL, use READ
 // COMMITTED (the default): at REPEATABLE READ or SERIALIZABLE the second fails with a
 // serialization error instead, which a retry of the transaction turns into Duplicate.
+// On MariaDB, when two or more consumers wait on a key and the first rolls back, the
+// waiters can deadlock on it (InnoDB's shared-then-exclusive lock of a duplicate
+// insert): one claims, and the others fail with error 1213 (SQLSTATE 40001), which a
+// retry turns into Duplicate. Neither error runs the handler twice; treat both as
+// retryable.
 //
 // # The dedup window
 //
