@@ -50,6 +50,9 @@
 // delivered row can stay pending: a lease takeover and the backoff after a failed
 // confirmation, normally seconds, but as long as the outbox's database stays
 // unreachable. A dead message that is retried (RetryDead) after the window runs again.
+// On MariaDB a prune can deadlock with the claims running at the same time (error
+// 1213): Run tries again at its next tick, and a consumer whose transaction was the
+// victim rolled back and can retry it, as after any deadlock.
 //
 // # The stale check (optional)
 //
