@@ -36,22 +36,30 @@ func fetch(t *testing.T, ctx context.Context, cl *kgo.Client, n int) []*kgo.Reco
 	return recs
 }
 
+// kafkaRelay starts a kfake cluster with the topic "orders" and a relay to it, both
+// closed when the test ends.
+func kafkaRelay(t *testing.T) (*kfake.Cluster, *kafka.Relay) {
+	t.Helper()
+	kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	relay, err := kafka.New(kafka.Config{Brokers: kc.ListenAddrs(), Topic: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { relay.Close() })
+	return kc, relay
+}
+
 // TestAttackForwardedHeaders: envelopes whose headers carry the names of the sink's
 // own headers (forwarded whole from the record their publisher handled) still carry
 // their own key and ID: two messages forwarded from one are two effects.
 func TestAttackForwardedHeaders(t *testing.T) {
 	db := dbtest.SQLite(t)
 	in := consumerDB(t, db)
-	kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
-	relay, err := kafka.New(kafka.Config{Brokers: kc.ListenAddrs(), Topic: "orders"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer relay.Close()
+	kc, relay := kafkaRelay(t)
 	fwd := map[string]string{kafka.HeaderKey: core.MessageKey("upstream", core.DefaultTable, 1), kafka.HeaderID: "999", kafka.HeaderOutbox: "spoofed"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -131,11 +139,7 @@ func TestAttackMalformedRecords(t *testing.T) {
 		{name: "id, no record key", headers: hdr(kafka.HeaderKey, "k6", kafka.HeaderID, "6", kafka.HeaderOutbox, "orders"), msg: inbox.Message{Key: "k6", Seq: 6}},
 		{name: "repeated id", key: "g", headers: hdr(kafka.HeaderKey, "k7", kafka.HeaderID, "70", kafka.HeaderID, "7", kafka.HeaderOutbox, "orders"), msg: inbox.Message{Key: "k7", Group: "orders/g", Seq: 7}},
 	}
-	kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc, _ := kafkaRelay(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	prod, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic("orders"))
@@ -197,16 +201,7 @@ func TestAttackMalformedRecords(t *testing.T) {
 func TestAttackPoisonRecordStopsRun(t *testing.T) {
 	db := dbtest.SQLite(t)
 	in := consumerDB(t, db)
-	kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
-	relay, err := kafka.New(kafka.Config{Brokers: kc.ListenAddrs(), Topic: "orders"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer relay.Close()
+	kc, relay := kafkaRelay(t)
 	deliver(t, relay, 1, 2)
 	prod, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic("orders"))
 	if err != nil {
