@@ -230,7 +230,12 @@ func TestAttackThreeRacersFirstRollsBack(t *testing.T) {
 						outcomes[r.o]++
 					case retryable(db, r.err):
 						t.Logf("a waiter failed: %v", r.err)
-						o, err := handleAt(ctx, in, db, conns[1], level, key)
+						c, err := db.Conn(ctx) // the others' connections may still be busy
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer c.Close()
+						o, err := handleAt(ctx, in, db, c, level, key)
 						if err != nil {
 							t.Fatalf("retried: %v", err)
 						}
