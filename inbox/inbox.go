@@ -239,13 +239,20 @@ func (in *Inbox) CheckRedelivery(source string, bound time.Duration) error {
 // racing on a key, exactly one runs its handler to a commit. On SQLite writers are
 // serialised: the second consumer's transaction waits for the first's as a whole.
 //
-// exec must be a transaction (autocommit would make the record permanent before the
-// handler ran); Claim cannot check that for every executor, so it is the caller's part.
+// exec must be a transaction: in autocommit the record would be permanent before the
+// handler ran, and a handler that then failed would leave the message recorded but
+// never handled (its redelivery a Duplicate). Claim refuses, with an error matching
+// core.ErrInvalidExecutor, a nil executor, a *sql.DB, a *sql.Conn and a
+// core.Transactional that reports it is not in a transaction; for other executors it
+// cannot tell, and it is the caller's part.
 func (in *Inbox) Claim(ctx context.Context, exec core.Executor, consumer string, m Message) (Outcome, error) {
 	if err := checkText("consumer", consumer, MaxConsumerLen, false); err != nil {
 		return 0, err
 	}
 	if err := checkText("key", m.Key, MaxKeyLen, false); err != nil {
+		return 0, err
+	}
+	if err := checkTx(exec); err != nil {
 		return 0, err
 	}
 	check := in.cfg.StaleCheck && m.Group != ""
@@ -295,6 +302,21 @@ func (in *Inbox) Claim(ctx context.Context, exec core.Executor, consumer string,
 			return Stale, nil
 		}
 	}
+}
+
+// checkTx refuses the executors known not to be transactions.
+func checkTx(exec core.Executor) error {
+	inTx := true
+	switch e := exec.(type) {
+	case nil, *sql.DB, *sql.Conn:
+		inTx = false
+	case core.Transactional:
+		inTx = e.InTransaction()
+	}
+	if !inTx {
+		return fmt.Errorf("%w: inbox: Claim needs the consumer's transaction, got %T", core.ErrInvalidExecutor, exec)
+	}
+	return nil
 }
 
 func checkText(what, s string, maxLen int, empty bool) error {
