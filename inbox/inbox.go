@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -97,11 +98,18 @@ type Message struct {
 	Seq   int64
 }
 
-// GroupOf is the Message.Group of an outbox message: its outbox and group key. It is
-// "" (no stale check) for an unordered message.
+// GroupOf is the Message.Group of an outbox message: its outbox and group key, joined
+// by a '/'. It is "" (no stale check) for an unordered message. A '%' or '/' in the
+// outbox name is escaped (%25, %2F), so that two pairs never give one group (outbox
+// "orders/eu" with key "x", outbox "orders" with key "eu/x"); other names are as they
+// are. (An outbox name of many such characters can make a group longer than
+// MaxGroupLen, which Claim refuses.)
 func GroupOf(outbox, groupKey string) string {
 	if groupKey == "" {
 		return ""
+	}
+	if strings.ContainsAny(outbox, "%/") {
+		outbox = strings.ReplaceAll(strings.ReplaceAll(outbox, "%", "%25"), "/", "%2F")
 	}
 	return outbox + "/" + groupKey
 }

@@ -185,3 +185,37 @@ func TestAttackGroupsByteForByte(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackGroupOfOutboxWithSlash: an outbox name may hold a '/' (it is any text of up
+// to 200 bytes), and so may a group key. Outbox "orders/eu" with group key "x" and
+// outbox "orders" with group key "eu/x" are two groups, whose IDs the stale check must
+// not compare: the second's messages are not stale for the first's.
+func TestAttackGroupOfOutboxWithSlash(t *testing.T) {
+	pairs := [][2][2]string{
+		{{"orders/eu", "x"}, {"orders", "eu/x"}},
+		{{"a/b/c", "d"}, {"a/b", "c/d"}},
+		{{"a%2Fb", "c"}, {"a/b", "c"}},
+		{{"a%", "2Fb/c"}, {"a/b", "c"}},
+	}
+	for _, p := range pairs {
+		if a, b := inbox.GroupOf(p[0][0], p[0][1]), inbox.GroupOf(p[1][0], p[1][1]); a == b {
+			t.Errorf("GroupOf%q = GroupOf%q = %q", p[0], p[1], a)
+		}
+	}
+	// Names without '/' or '%' keep their groups (marks written before stay theirs).
+	if g := inbox.GroupOf("orders", "order:1/2"); g != "orders/order:1/2" {
+		t.Errorf("GroupOf(orders, order:1/2) = %q", g)
+	}
+	// The longest outbox name (200 bytes) and group key (255 bytes) fit.
+	if g := inbox.GroupOf(strings.Repeat("o", 200), strings.Repeat("g", core.MaxGroupKeyLen)); len(g) > inbox.MaxGroupLen {
+		t.Errorf("GroupOf of the longest names: %d bytes, more than MaxGroupLen", len(g))
+	}
+	db := dbtest.SQLite(t)
+	in := setup(t, db, inbox.Config{StaleCheck: true})
+	a := inbox.Message{Key: "a", Group: inbox.GroupOf("orders/eu", "x"), Seq: 100}
+	b := inbox.Message{Key: "b", Group: inbox.GroupOf("orders", "eu/x"), Seq: 5}
+	claim(t, in, db.DB, "billing", a, true)
+	if o := claim(t, in, db.DB, "billing", b, true); o != inbox.Claimed {
+		t.Errorf("message 5 of outbox orders, group eu/x, after message 100 of outbox orders/eu, group x: %v, want claimed", o)
+	}
+}
