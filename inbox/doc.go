@@ -66,5 +66,9 @@
 // consumers of one group run in parallel. The message's record is written all the
 // same; the handler decides in the same transaction (skip it, process it anyway, or
 // dead-letter it). Group marks not raised within the window are pruned with the
-// records.
+// records. GroupOf names a group by its outbox and group key only, not by the
+// database or table (the consumer helpers receive no more): when one consumer receives
+// the messages of several databases or outbox tables whose outboxes share a name,
+// their IDs are compared as one sequence and one database's messages come out Stale
+// behind another's; give those outboxes different names, or leave the check off.
 package inbox
