@@ -34,8 +34,10 @@
 // On MariaDB, when two or more consumers wait on a key and the first rolls back, the
 // waiters can deadlock on it (InnoDB's shared-then-exclusive lock of a duplicate
 // insert): one claims, and the others fail with error 1213 (SQLSTATE 40001), which a
-// retry turns into Duplicate. Neither error runs the handler twice; treat both as
-// retryable.
+// retry turns into Duplicate. Neither error runs the handler twice: Handle (and the
+// consumer helpers built on it) runs such a transaction again by itself, up to
+// HandleAttempts times; a consumer calling Claim in a transaction of its own retries
+// it, as after any deadlock.
 //
 // # The dedup window
 //
@@ -52,7 +54,7 @@
 // unreachable. A dead message that is retried (RetryDead) after the window runs again.
 // On MariaDB a prune can deadlock with the claims running at the same time (error
 // 1213): Run tries again at its next tick, and a consumer whose transaction was the
-// victim rolled back and can retry it, as after any deadlock.
+// victim rolled back; Handle runs it again.
 //
 // # The stale check (optional)
 //

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -353,7 +354,37 @@ type Handler func(ctx context.Context, tx *sql.Tx, o Outcome) error
 // Duplicate without calling h for a duplicate, h's error (wrapped) after rolling back,
 // or the outcome after a commit. Only then may the consumer acknowledge the message to
 // its broker.
+//
+// A transaction that fails with a serialization failure or a deadlock (SQLSTATE 40001
+// or 40P01: two MariaDB consumers waiting on a key whose first claimer rolled back, a
+// prune running beside the claims, a PostgreSQL consumer at REPEATABLE READ) is rolled
+// back and run again, up to HandleAttempts times in all, so such a race never stops a
+// consumer: the run after it finds the winner's record (Duplicate) or claims the
+// message. h may therefore be called more than once for m, each time in a new
+// transaction whose earlier writes were rolled back; keep effects outside the database
+// out of it, as for any handler whose transaction can fail.
 func (in *Inbox) Handle(ctx context.Context, consumer string, m Message, h Handler) (Outcome, error) {
+	for attempt := 1; ; attempt++ {
+		o, err := in.handleOnce(ctx, consumer, m, h)
+		if err == nil || attempt >= HandleAttempts || !retryable(err) {
+			return o, err
+		}
+		// A short pause, longer each time, lets the winner of the race commit first.
+		t := time.NewTimer(time.Duration(attempt*attempt) * 5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, err
+		case <-t.C:
+		}
+	}
+}
+
+// HandleAttempts is how many times Handle runs a message's transaction that keeps
+// failing with a serialization failure or a deadlock before it returns the error.
+const HandleAttempts = 5
+
+func (in *Inbox) handleOnce(ctx context.Context, consumer string, m Message, h Handler) (Outcome, error) {
 	tx, err := in.cfg.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: begin: %w", err)
@@ -373,6 +404,57 @@ func (in *Inbox) Handle(ctx context.Context, consumer string, m Message, h Handl
 		return 0, fmt.Errorf("inbox: commit %q: %w", m.Key, err)
 	}
 	return o, nil
+}
+
+// retryable reports whether err is a serialization failure or a deadlock, found by
+// its SQLSTATE without importing a driver: a SQLState() method (pgx, lib/pq) or a
+// [5]byte SQLState field (go-sql-driver/mysql's MySQLError, whose deadlock 1213 and
+// lock wait timeouts in a serializable transaction carry 40001).
+func retryable(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		return serializationState(st.SQLState())
+	}
+	for _, e := range errorChain(err) {
+		v := reflect.ValueOf(e)
+		if v.Kind() == reflect.Pointer {
+			v = v.Elem()
+		}
+		if v.Kind() != reflect.Struct {
+			continue
+		}
+		f := v.FieldByName("SQLState")
+		if f.IsValid() && f.Kind() == reflect.Array && f.Len() == 5 && f.Type().Elem().Kind() == reflect.Uint8 {
+			var b [5]byte
+			reflect.Copy(reflect.ValueOf(b[:]), f)
+			return serializationState(string(b[:]))
+		}
+	}
+	return false
+}
+
+func serializationState(s string) bool { return s == "40001" || s == "40P01" }
+
+// errorChain lists err and every error it wraps, depth first.
+func errorChain(err error) []error {
+	var out []error
+	var walk func(error)
+	walk = func(e error) {
+		if e == nil {
+			return
+		}
+		out = append(out, e)
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		case interface{ Unwrap() []error }:
+			for _, x := range u.Unwrap() {
+				walk(x)
+			}
+		}
+	}
+	walk(err)
+	return out
 }
 
 // Prune deletes the records older than the window and the group marks not raised
