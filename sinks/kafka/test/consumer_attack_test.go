@@ -58,7 +58,7 @@ func kafkaRelay(t *testing.T) (*kfake.Cluster, *kafka.Relay) {
 // their own key and ID: two messages forwarded from one are two effects.
 func TestAttackForwardedHeaders(t *testing.T) {
 	db := dbtest.SQLite(t)
-	in := consumerDB(t, db)
+	in := dbtest.ConsumerInbox(t, db)
 	kc, relay := kafkaRelay(t)
 	fwd := map[string]string{kafka.HeaderKey: core.MessageKey("upstream", core.DefaultTable, 1), kafka.HeaderID: "999", kafka.HeaderOutbox: "spoofed"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -200,7 +200,7 @@ func TestAttackMalformedRecords(t *testing.T) {
 // run the records after it out of order.
 func TestAttackPoisonRecordStopsRun(t *testing.T) {
 	db := dbtest.SQLite(t)
-	in := consumerDB(t, db)
+	in := dbtest.ConsumerInbox(t, db)
 	kc, relay := kafkaRelay(t)
 	deliver(t, relay, 1, 2)
 	prod, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic("orders"))
@@ -239,7 +239,7 @@ func TestAttackPoisonRecordStopsRun(t *testing.T) {
 		}
 		cl.Close()
 	}
-	if e := effects(t, db.DB); len(e) != 2 || e[1] != 1 || e[2] != 1 {
+	if e := dbtest.Effects(t, db.DB); len(e) != 2 || e[1] != 1 || e[2] != 1 {
 		t.Errorf("effects %v, want one each of 1 and 2 and none of 3", e)
 	}
 }

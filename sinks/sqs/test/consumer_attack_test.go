@@ -58,7 +58,7 @@ func TestAttackHeadersCannotSpoofKey(t *testing.T) {
 
 func spoofKey(t *testing.T, forwarded map[string]string) {
 	db := dbtest.SQLite(t)
-	in := consumerDB(t, db)
+	in := dbtest.ConsumerInbox(t, db)
 	queue := newQueue(t, false)
 	relay := newRelay(t, outboxsqs.Config{Client: newClient(endpoint), QueueURL: queue, Ordering: core.OrderNone})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

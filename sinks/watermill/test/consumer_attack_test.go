@@ -26,7 +26,7 @@ import (
 // takes the second for a duplicate of the first and its effect is lost.
 func TestAttackForwardedKeyHeader(t *testing.T) {
 	db := dbtest.SQLite(t)
-	in := consumerDB(t, db)
+	in := dbtest.ConsumerInbox(t, db)
 	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
 	defer pubsub.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
