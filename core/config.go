@@ -210,9 +210,20 @@ type Config struct {
 
 	// Notify (PostgreSQL) wakes the worker owning a partition through LISTEN/NOTIFY when a
 	// publishing transaction commits, on whichever node it runs, instead of waiting for the
-	// next poll. It needs the pgx driver (github.com/jackc/pgx/v5/stdlib) and uses one
-	// extra connection per instance.
+	// next poll. Publishing sends the notification in the publishing transaction (any
+	// driver, through any pooler); a relay instance listens on one session of its own:
+	// from NotifyListener when set, otherwise a connection of DB, which needs the pgx
+	// driver (github.com/jackc/pgx/v5/stdlib) and a session kept between statements (not
+	// a pooler in transaction mode). Each new listening session is checked with a test
+	// notification; one that does not receive it is logged at Warn, and the workers poll
+	// every PollInterval until a later session works.
 	Notify bool
+	// NotifyListener, with Notify, opens the sessions the relay listens on, instead of DB:
+	// for a DB behind a pooler in transaction mode (PgBouncer, RDS Proxy, Supavisor), or
+	// a driver other than pgx. pgxoutbox.NewListener(dsn) (module
+	// github.com/outboxer-go/outboxer/adapters/pgx) opens them from a DSN of PostgreSQL
+	// itself. Publish-only instances do not listen.
+	NotifyListener NotifyListener
 	// PublishOnly instances deliver nothing: Run starts nothing and the outboxes need no
 	// Relay. Use it on nodes that only publish (the reference's relay: false).
 	PublishOnly bool
@@ -376,6 +387,9 @@ func (c *Config) validate() error {
 	}
 	if c.Notify && c.Dialect != Postgres {
 		return bad("Notify", "needs PostgreSQL (the dialect is %s)", c.Dialect)
+	}
+	if c.NotifyListener != nil && !c.Notify {
+		return bad("NotifyListener", "is used only with Notify: set Notify too")
 	}
 	if c.PublishOnly && c.Manual {
 		return bad("Manual", "cannot be combined with PublishOnly (Drain needs relays)")

@@ -1,0 +1,78 @@
+package dbtest_test
+
+// Issue 18, item 3: Notify behind a pooler in transaction mode. LISTEN on a connection of
+// Config.DB does not stay on a server session there; the engine must notice, say so
+// loudly and poll, not wait silently.
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/dbtest"
+)
+
+// The engine runs through PgBouncer in transaction mode; with Notify listening on a
+// connection of that same handle, the check of the session fails, a Warn says Notify is
+// not working, and messages are delivered by polling.
+func TestNotifyThroughAPoolerWarnsAndPolls(t *testing.T) {
+	db := dbtest.PgBouncer(t)
+	ctx := context.Background()
+	logs, logger := dbtest.NewLogs()
+	rec := &recorder{}
+	relay := setup(t, db, core.Config{Schema: db.Schema, Notify: true, Logger: logger, Outboxes: map[string]core.OutboxConfig{
+		"orders": {Relay: rec, Partitions: 2, PollInterval: 200 * time.Millisecond}}})
+	pub := setup(t, db, core.Config{Schema: db.Schema, Notify: true, PublishOnly: true, Outboxes: map[string]core.OutboxConfig{
+		"orders": {Partitions: 2}}})
+	run(t, relay)
+	eventually(t, 30*time.Second, "a Warn that Notify is not working", func() bool {
+		return len(logs.Lines(slog.LevelWarn, "Notify is NOT working")) > 0
+	})
+	warn := logs.Lines(slog.LevelWarn, "Notify is NOT working")[0]
+	t.Logf("the Warn: %s %v", warn.Message, warn.Attrs)
+	if !strings.Contains(warn.Attrs["err"], "pooler") || !strings.Contains(warn.Attrs["err"], "Notify is not listening") {
+		t.Errorf("the Warn says %v; want the reason (a session not kept, a pooler?)", warn.Attrs)
+	}
+	if got := logs.Lines(slog.LevelInfo, "listening for notifications"); len(got) != 0 {
+		t.Errorf("the engine claims to listen through the pooler: %v", got)
+	}
+	// Delivery goes on by polling, in order.
+	var envs []core.Envelope
+	for i := range 5 {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, publish(t, pub, tx, event{Seq: i, Group: "g"})...)
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "delivery by polling", func() bool { return len(rec.delivered()) == len(envs) })
+	for i, e := range rec.delivered() {
+		if e.ID != envs[i].ID {
+			t.Fatalf("delivery %d is message %d, want %d", i, e.ID, envs[i].ID)
+		}
+	}
+}
+
+// Directly on PostgreSQL, the same configuration passes the check: the engine says it
+// listens, and warns of nothing.
+func TestNotifySessionCheckPassesOnADirectConnection(t *testing.T) {
+	db := dbtest.Postgres(t)
+	logs, logger := dbtest.NewLogs()
+	relay := setup(t, db, core.Config{Notify: true, Logger: logger, Outboxes: map[string]core.OutboxConfig{
+		"orders": {Relay: &recorder{}, PollInterval: time.Hour}}})
+	run(t, relay)
+	eventually(t, 30*time.Second, "the listener's check passed", func() bool {
+		return len(logs.Lines(slog.LevelInfo, "listening for notifications")) == 1
+	})
+	for _, text := range []string{"Notify", "listener"} {
+		if got := logs.Lines(slog.LevelWarn, text); len(got) != 0 {
+			t.Errorf("Warn lines on a direct connection: %v", got)
+		}
+	}
+}
