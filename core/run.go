@@ -12,9 +12,10 @@ import (
 // lets in-flight batches finish within Config.ShutdownTimeout, releases the partitions
 // so other nodes take them at once, closes the relays that are Closers, and returns nil.
 //
-// It first starts up: it checks that the stored partitions match the configuration,
-// creates missing lease rows and starts the relays that are Starters. A PublishOnly or
-// Manual instance starts nothing: Run then just waits for ctx and returns nil.
+// It first checks that the partition count recorded in the database matches the
+// configuration (ErrRepartitioned otherwise; see Config.AllowRepartition for when it may
+// change), creates missing lease rows and starts the relays that are Starters. A
+// PublishOnly or Manual instance starts nothing: Run then just waits for ctx.
 //
 // Start-up failures that waiting can fix are retried, with an Error log line naming the
 // error and the next try each time, until start-up succeeds or ctx is done: the database
