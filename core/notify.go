@@ -106,7 +106,11 @@ func (o *Outboxer) listenOnce(ctx context.Context) (verified bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
 	var channels []string
 	for _, s := range o.tables {
 		if !slices.Contains(channels, s.NotifyChannel) {
@@ -114,7 +118,8 @@ func (o *Outboxer) listenOnce(ctx context.Context) (verified bool, err error) {
 		}
 	}
 	probe := "outboxer.probe." + rand.Text() // a channel only this session listens on
-	for _, ch := range append(channels, probe) {
+	all := append(slices.Clone(channels), probe)
+	for _, ch := range all {
 		if err := conn.Listen(ctx, ch); err != nil {
 			return false, err
 		}
@@ -123,7 +128,7 @@ func (o *Outboxer) listenOnce(ctx context.Context) (verified bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	for _, ch := range append(channels, probe) {
+	for _, ch := range all {
 		if !slices.Contains(listening, ch) {
 			return false, fmt.Errorf("%w: channel %q is not in pg_listening_channels() right after LISTEN on the same session: the session is not kept between statements (a pooler in transaction mode?)", ErrNotifyNotListening, ch)
 		}
@@ -135,21 +140,23 @@ func (o *Outboxer) listenOnce(ctx context.Context) (verified bool, err error) {
 	for _, ob := range o.outboxes {
 		ob.signalAll(wakeNow)
 	}
-	waitCtx, cancel := context.WithCancelCause(ctx)
+	// Until the test notification arrives, the wait is bounded by probeTimeout.
+	probing, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	timer := time.AfterFunc(probeTimeout, func() { cancel(errProbeTimeout) })
 	defer timer.Stop()
+	waitCtx := probing
 	for {
 		n, err := conn.WaitForNotification(waitCtx)
 		if err != nil {
-			if !verified && errors.Is(context.Cause(waitCtx), errProbeTimeout) && ctx.Err() == nil {
+			if !verified && errors.Is(context.Cause(probing), errProbeTimeout) && ctx.Err() == nil {
 				return false, fmt.Errorf("%w: %w within %v on a session whose LISTEN looked fine: its notifications do not reach it (a pooler in transaction mode?)", ErrNotifyNotListening, errProbeTimeout, probeTimeout)
 			}
 			return verified, err
 		}
 		if n.Channel == probe {
 			if !verified {
-				verified = true
+				verified, waitCtx = true, ctx
 				timer.Stop()
 				o.cfg.Logger.Info("outboxer: listening for notifications", "outboxer", o.cfg.Name, "channels", channels)
 			}
@@ -210,7 +217,11 @@ func (c sqlNotifyConn) WaitForNotification(ctx context.Context) (n Notification,
 	return n, err
 }
 
-func (c sqlNotifyConn) Close(context.Context) error { return c.conn.Close() }
+// Close stops listening, so that the connection goes back to the pool as it came.
+func (c sqlNotifyConn) Close(ctx context.Context) error {
+	_, _ = c.conn.ExecContext(ctx, `UNLISTEN *`)
+	return c.conn.Close()
+}
 
 // notified wakes the workers a notification names ("outbox:p1,p2", or "outbox" for all
 // its partitions), or every worker when it names nothing this instance knows.

@@ -28,10 +28,26 @@ func PgBouncerURL() string {
 // skips when PgBouncer is down, and fails in CI.
 func PgBouncer(t testing.TB) *DB {
 	t.Helper()
+	return pgBouncer(t, "")
+}
+
+// PgBouncerOneServer is PgBouncer through a pool of one server connection (the database
+// test_one of scripts/pgbouncer.ini): every client's statements run on the same server
+// session, one transaction at a time.
+func PgBouncerOneServer(t testing.TB) *DB {
+	t.Helper()
+	return pgBouncer(t, "test_one")
+}
+
+func pgBouncer(t testing.TB, database string) *DB {
+	t.Helper()
 	direct := Postgres(t) // the schema, dropped after the test
 	u, err := url.Parse(PgBouncerURL())
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
+	}
+	if database != "" {
+		u.Path = "/" + database
 	}
 	q := u.Query()
 	q.Set("default_query_exec_mode", "exec")

@@ -76,3 +76,31 @@ func TestNotifySessionCheckPassesOnADirectConnection(t *testing.T) {
 		}
 	}
 }
+
+// Through a pool of one server connection, LISTEN and the check of pg_listening_channels()
+// run on the same server session, so the channels look kept; the test notification then
+// reaches whichever client that session serves at the time, not the listener. The
+// engine must still see that Notify does not work.
+func TestNotifyTestNotificationCatchesASessionThatLooksKept(t *testing.T) {
+	db := dbtest.PgBouncerOneServer(t)
+	logs, logger := dbtest.NewLogs()
+	rec := &recorder{}
+	relay := setup(t, db, core.Config{Schema: db.Schema, Notify: true, Logger: logger, Outboxes: map[string]core.OutboxConfig{
+		"orders": {Relay: rec, PollInterval: 100 * time.Millisecond}}})
+	run(t, relay)
+	eventually(t, 30*time.Second, "a Warn that Notify is not working", func() bool {
+		return len(logs.Lines(slog.LevelWarn, "Notify is NOT working")) > 0
+	})
+	warn := logs.Lines(slog.LevelWarn, "Notify is NOT working")[0]
+	if !strings.Contains(warn.Attrs["err"], "test notification did not arrive") {
+		t.Errorf("the Warn says %v; want the test notification named", warn.Attrs)
+	}
+	if got := logs.Lines(slog.LevelInfo, "listening for notifications"); len(got) != 0 {
+		t.Errorf("the engine claims to listen: %v", got)
+	}
+	env := publish(t, relay, db.DB, event{Seq: 1})
+	eventually(t, 30*time.Second, "delivery by polling", func() bool {
+		d := rec.delivered()
+		return len(d) == 1 && d[0].ID == env[0].ID
+	})
+}
