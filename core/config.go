@@ -210,19 +210,22 @@ type Config struct {
 
 	// Notify (PostgreSQL) wakes the worker owning a partition through LISTEN/NOTIFY when a
 	// publishing transaction commits, on whichever node it runs, instead of waiting for the
-	// next poll. Publishing sends the notification in the publishing transaction (any
-	// driver, through any pooler); a relay instance listens on one session of its own:
-	// from NotifyListener when set, otherwise a connection of DB, which needs the pgx
-	// driver (github.com/jackc/pgx/v5/stdlib) and a session kept between statements (not
-	// a pooler in transaction mode). Each new listening session is checked with a test
-	// notification; one that does not receive it is logged at Warn, and the workers poll
-	// every PollInterval until a later session works.
+	// next poll. It needs the pgx driver (github.com/jackc/pgx/v5/stdlib) and uses one
+	// extra connection per instance.
 	Notify bool
-	// NotifyListener, with Notify, opens the sessions the relay listens on, instead of DB:
-	// for a DB behind a pooler in transaction mode (PgBouncer, RDS Proxy, Supavisor), or
-	// a driver other than pgx. pgxoutbox.NewListener(dsn) (module
-	// github.com/outboxer-go/outboxer/adapters/pgx) opens them from a DSN of PostgreSQL
-	// itself. Publish-only instances do not listen.
+	// NotifyListener, with Notify, opens the sessions a relay instance listens on, instead
+	// of a connection of DB, which needs the pgx driver and a session the server keeps
+	// between statements. Set it when DB goes through a pooler in transaction mode
+	// (PgBouncer, RDS Proxy, Supavisor, pgcat), or uses a driver other than pgx:
+	// pgxoutbox.NewListener(dsn) (module github.com/outboxer-go/outboxer/adapters/pgx)
+	// opens them on pgx connections to PostgreSQL itself. Publishing sends its NOTIFY in
+	// the publishing transaction, which works through any pooler and driver; publish-only
+	// instances do not listen.
+	//
+	// Each new listening session, of either kind, is checked: its channels must be in
+	// pg_listening_channels() and a test notification must reach it. One that fails is
+	// logged at Warn (ErrNotifyNotListening), and the workers poll every PollInterval until
+	// a later session passes.
 	NotifyListener NotifyListener
 	// PublishOnly instances deliver nothing: Run starts nothing and the outboxes need no
 	// Relay. Use it on nodes that only publish (the reference's relay: false).
