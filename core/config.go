@@ -222,8 +222,8 @@ type Config struct {
 	// the publishing transaction, which works through any pooler and driver; publish-only
 	// instances do not listen.
 	//
-	// Each new listening session, of either kind, is checked: its channels must be in
-	// pg_listening_channels() and a test notification must reach it. One that fails is
+	// Each new listening session, of either kind, is checked: a channel of its own must be
+	// in pg_listening_channels() on it, and a test notification must reach it. One that fails is
 	// logged at Warn (ErrNotifyNotListening), and the workers poll every PollInterval until
 	// a later session passes.
 	NotifyListener NotifyListener

@@ -110,16 +110,16 @@
 // Start the same outboxes on every node. Nodes that only publish set PublishOnly; they
 // start nothing and need no relay. Relay nodes share the partitions: a crashed node's
 // partitions are taken over within about LeaseDuration + LeaseDuration/4 (25 s by
-// default), a node that stops gracefully hands them over at once. With Notify
-// (PostgreSQL), a commit wakes the partition's worker on whichever node it runs;
+// default), a node that stops gracefully hands them over at once. With Notify (PostgreSQL
+// and the pgx driver), a commit wakes the partition's worker on whichever node it runs;
 // otherwise workers poll every PollInterval, and a publish through the same instance wakes
 // its own workers.
 //
 // A relay listens on a connection of Config.DB (the pgx driver), or on sessions of its
 // own from Config.NotifyListener: behind a pooler in transaction mode (PgBouncer, RDS
 // Proxy, Supavisor), where LISTEN does not stay on a session, or with another driver.
-// Every new session is checked (its channels in pg_listening_channels(), and a test
-// notification that must reach it); one that fails is logged at Warn
+// Every new session is checked (a channel of its own in pg_listening_channels(), and a
+// test notification that must reach it); one that fails is logged at Warn
 // (ErrNotifyNotListening) and the workers poll until a later session passes.
 //
 // # Testing

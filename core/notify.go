@@ -62,9 +62,10 @@ const (
 // reconnects when the session is lost, and wakes every worker after reconnecting, as
 // notifications may have been missed meanwhile.
 //
-// Each new session is checked before it is trusted: its channels must be in
-// pg_listening_channels(), and a test notification on a channel of its own, sent through
-// Config.DB, must reach it. A session that fails the check is logged at Warn, and the
+// Each new session is checked before it is trusted: a channel of its own must be in
+// pg_listening_channels() right after its LISTEN, and a test notification on that
+// channel, sent through Config.DB once the session listens on every channel, must reach
+// it. A session that fails the check is logged at Warn, and the
 // workers poll every PollInterval until a later session passes it.
 func (o *Outboxer) listen(ctx context.Context) {
 	wait, idle := 100*time.Millisecond, notListeningRetry
@@ -117,22 +118,26 @@ func (o *Outboxer) listenOnce(ctx context.Context) (verified bool, err error) {
 			channels = append(channels, s.NotifyChannel)
 		}
 	}
-	probe := "outboxer.probe." + rand.Text() // a channel only this session listens on
-	all := append(slices.Clone(channels), probe)
-	for _, ch := range all {
-		if err := conn.Listen(ctx, ch); err != nil {
-			return false, err
-		}
+	// First a channel only this session listens on, for the test notification: it must
+	// be in pg_listening_channels() on the session right after, or the session is not kept.
+	probe := "outboxer.probe." + rand.Text()
+	if err := conn.Listen(ctx, probe); err != nil {
+		return false, err
 	}
 	listening, err := conn.ListeningChannels(ctx)
 	if err != nil {
 		return false, err
 	}
-	for _, ch := range all {
-		if !slices.Contains(listening, ch) {
-			return false, fmt.Errorf("%w: channel %q is not in pg_listening_channels() right after LISTEN on the same session: the session is not kept between statements (a pooler in transaction mode?)", ErrNotifyNotListening, ch)
+	if !slices.Contains(listening, probe) {
+		return false, fmt.Errorf("%w: channel %q is not in pg_listening_channels() right after LISTEN on the same session: the session is not kept between statements (a pooler in transaction mode?)", ErrNotifyNotListening, probe)
+	}
+	for _, ch := range channels {
+		if err := conn.Listen(ctx, ch); err != nil {
+			return false, err
 		}
 	}
+	// The test notification goes last: it reaches this session only if the session kept
+	// every LISTEN above.
 	if _, err := o.cfg.DB.ExecContext(ctx, `SELECT pg_notify($1, 'probe')`, probe); err != nil {
 		return false, fmt.Errorf("send the test notification: %w", err)
 	}

@@ -1,7 +1,7 @@
 package dbtest_test
 
 import (
-	"log/slog"
+	"context"
 	"testing"
 	"time"
 
@@ -14,10 +14,10 @@ import (
 // outbox "a" instead, and those of "a:b" slept until their next poll.
 func TestNotifyWakesAnOutboxWithAColonInItsName(t *testing.T) {
 	db := dbtest.Postgres(t)
+	ctx := context.Background()
 	a, ab := &recorder{}, &recorder{}
-	logs, logger := dbtest.NewLogs()
 	// A table of its own, so that the channel it listens on is the test's.
-	relay := setup(t, db, core.Config{Table: "colon_messages", Notify: true, Logger: logger, Outboxes: map[string]core.OutboxConfig{
+	relay := setup(t, db, core.Config{Table: "colon_messages", Notify: true, Outboxes: map[string]core.OutboxConfig{
 		"a":   {Relay: a, PollInterval: time.Hour}, // only a notification can wake them
 		"a:b": {Relay: ab, PollInterval: time.Hour},
 	}})
@@ -27,7 +27,10 @@ func TestNotifyWakesAnOutboxWithAColonInItsName(t *testing.T) {
 	run(t, relay)
 	// The relay listens (its first fetches, on listening, found nothing).
 	eventually(t, 30*time.Second, "the relay listening", func() bool {
-		return len(logs.Lines(slog.LevelInfo, "listening for notifications")) == 1
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE $1`,
+			`LISTEN "outboxer.colon_messages"`).Scan(&n)
+		return err == nil && n > 0
 	})
 	time.Sleep(200 * time.Millisecond) // the workers are asleep: what follows is woken by a notification
 	env := publish(t, pub, db.DB, event{Box: "a:b", Seq: 1})
