@@ -121,6 +121,7 @@
 // Every new session is checked (a channel of its own in pg_listening_channels(), and a
 // test notification that must reach it); one that fails is logged at Warn
 // (ErrNotifyNotListening) and the workers poll until a later session passes.
+// NotifyStatus says whether the instance listens now.
 //
 // # Testing
 //

@@ -68,12 +68,14 @@ const (
 // it. A session that fails the check is logged at Warn, and the
 // workers poll every PollInterval until a later session passes it.
 func (o *Outboxer) listen(ctx context.Context) {
+	defer o.listener.Store(nil)
 	wait, idle := 100*time.Millisecond, notListeningRetry
 	for ctx.Err() == nil {
 		verified, err := o.listenOnce(ctx)
 		if ctx.Err() != nil {
 			return
 		}
+		o.setNotifyStatus(false, err)
 		if errors.Is(err, ErrNotifyNotListening) {
 			o.cfg.Logger.Warn("outboxer: Notify is NOT working: falling back to polling every PollInterval; give Config.NotifyListener a direct session (pgxoutbox.NewListener)",
 				"outboxer", o.cfg.Name, "err", err, "retry_in", idle)
@@ -95,6 +97,34 @@ func (o *Outboxer) listen(ctx context.Context) {
 }
 
 var errProbeTimeout = errors.New("the test notification did not arrive")
+
+// NotifyStatus is the state of an instance's Notify listener (see NotifyStatus).
+type NotifyStatus struct {
+	// Listening: a session listens, and passed its check.
+	Listening bool
+	// Since is when the session passed its check, or when Err happened.
+	Since time.Time
+	// Err, when not Listening, is the last failure: one matching ErrNotifyNotListening
+	// when LISTEN did not hold on the session (the workers poll meanwhile), or the error
+	// that ended the last session. It is nil while the first session is being checked,
+	// and when the listener does not run.
+	Err error
+}
+
+// NotifyStatus says whether this instance's Notify listener listens now. With Notify
+// set, a running relay instance that is not Listening delivers by polling every
+// PollInterval only: a readiness check can report it. Without Notify, or while Run does
+// not run (PublishOnly and Manual instances never listen), it is the zero NotifyStatus.
+func (o *Outboxer) NotifyStatus() NotifyStatus {
+	if st := o.listener.Load(); st != nil {
+		return *st
+	}
+	return NotifyStatus{}
+}
+
+func (o *Outboxer) setNotifyStatus(listening bool, err error) {
+	o.listener.Store(&NotifyStatus{Listening: listening, Since: time.Now(), Err: err})
+}
 
 // listenOnce listens on one session until it fails. verified says whether the session
 // passed its check.
@@ -163,6 +193,7 @@ func (o *Outboxer) listenOnce(ctx context.Context) (verified bool, err error) {
 			if !verified {
 				verified, waitCtx = true, ctx
 				timer.Stop()
+				o.setNotifyStatus(true, nil)
 				o.cfg.Logger.Info("outboxer: listening for notifications", "outboxer", o.cfg.Name, "channels", channels)
 			}
 			continue

@@ -6,6 +6,7 @@ package dbtest_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -39,6 +40,9 @@ func TestNotifyThroughAPoolerWarnsAndPolls(t *testing.T) {
 	if got := logs.Lines(slog.LevelInfo, "listening for notifications"); len(got) != 0 {
 		t.Errorf("the engine claims to listen through the pooler: %v", got)
 	}
+	if st := relay.NotifyStatus(); st.Listening || !errors.Is(st.Err, core.ErrNotifyNotListening) {
+		t.Errorf("NotifyStatus %+v, want not listening, with ErrNotifyNotListening", st)
+	}
 	// Delivery goes on by polling, in order.
 	var envs []core.Envelope
 	for i := range 5 {
@@ -66,14 +70,24 @@ func TestNotifySessionCheckPassesOnADirectConnection(t *testing.T) {
 	logs, logger := dbtest.NewLogs()
 	relay := setup(t, db, core.Config{Notify: true, Logger: logger, Outboxes: map[string]core.OutboxConfig{
 		"orders": {Relay: &recorder{}, PollInterval: time.Hour}}})
-	run(t, relay)
+	if st := relay.NotifyStatus(); st != (core.NotifyStatus{}) {
+		t.Errorf("NotifyStatus before Run: %+v, want the zero value", st)
+	}
+	stop := run(t, relay)
 	eventually(t, 30*time.Second, "the listener's check passed", func() bool {
 		return len(logs.Lines(slog.LevelInfo, "listening for notifications")) == 1
 	})
+	if st := relay.NotifyStatus(); !st.Listening || st.Err != nil || st.Since.IsZero() {
+		t.Errorf("NotifyStatus %+v, want listening", st)
+	}
 	for _, text := range []string{"Notify", "listener"} {
 		if got := logs.Lines(slog.LevelWarn, text); len(got) != 0 {
 			t.Errorf("Warn lines on a direct connection: %v", got)
 		}
+	}
+	stop()
+	if st := relay.NotifyStatus(); st != (core.NotifyStatus{}) {
+		t.Errorf("NotifyStatus after Run: %+v, want the zero value", st)
 	}
 }
 
@@ -97,6 +111,9 @@ func TestNotifyTestNotificationCatchesASessionThatLooksKept(t *testing.T) {
 	}
 	if got := logs.Lines(slog.LevelInfo, "listening for notifications"); len(got) != 0 {
 		t.Errorf("the engine claims to listen: %v", got)
+	}
+	if st := relay.NotifyStatus(); st.Listening || !errors.Is(st.Err, core.ErrNotifyNotListening) {
+		t.Errorf("NotifyStatus %+v, want not listening, with ErrNotifyNotListening", st)
 	}
 	env := publish(t, relay, db.DB, event{Seq: 1})
 	eventually(t, 30*time.Second, "delivery by polling", func() bool {

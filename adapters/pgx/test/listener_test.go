@@ -2,6 +2,7 @@ package pgxoutbox_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -83,6 +84,9 @@ func TestNotifyListenerBehindPgBouncer(t *testing.T) {
 	waitFor(t, 10*time.Second, "the listener's check", func() bool {
 		return len(logs.Lines(slog.LevelInfo, "listening for notifications")) == 1
 	})
+	if st := relay.NotifyStatus(); !st.Listening || st.Err != nil {
+		t.Errorf("NotifyStatus %+v, want listening", st)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for i := range 5 {
 		start := time.Now()
@@ -127,6 +131,9 @@ func TestNotifyListenerThroughThePoolerIsDetected(t *testing.T) {
 	})
 	if w := logs.Lines(slog.LevelWarn, "Notify is NOT working")[0]; !strings.Contains(w.Attrs["err"], "pooler") {
 		t.Errorf("the Warn says %v; want the likely cause named", w.Attrs)
+	}
+	if st := relay.NotifyStatus(); st.Listening || !errors.Is(st.Err, core.ErrNotifyNotListening) {
+		t.Errorf("NotifyStatus %+v, want not listening, with ErrNotifyNotListening", st)
 	}
 }
 
