@@ -213,6 +213,20 @@ type Config struct {
 	// next poll. It needs the pgx driver (github.com/jackc/pgx/v5/stdlib) and uses one
 	// extra connection per instance.
 	Notify bool
+	// NotifyListener, with Notify, opens the sessions a relay instance listens on, instead
+	// of a connection of DB, which needs the pgx driver and a session the server keeps
+	// between statements. Set it when DB goes through a pooler in transaction mode
+	// (PgBouncer, RDS Proxy, Supavisor, pgcat), or uses a driver other than pgx:
+	// pgxoutbox.NewListener(dsn) (module github.com/outboxer-go/outboxer/adapters/pgx)
+	// opens them on pgx connections to PostgreSQL itself. Publishing sends its NOTIFY in
+	// the publishing transaction, which works through any pooler and driver; publish-only
+	// instances do not listen.
+	//
+	// Each new listening session, of either kind, is checked: a channel of its own must be
+	// in pg_listening_channels() on it, and a test notification must reach it. One that fails is
+	// logged at Warn (ErrNotifyNotListening), and the workers poll every PollInterval until
+	// a later session passes.
+	NotifyListener NotifyListener
 	// PublishOnly instances deliver nothing: Run starts nothing and the outboxes need no
 	// Relay. Use it on nodes that only publish (the reference's relay: false).
 	PublishOnly bool
@@ -376,6 +390,9 @@ func (c *Config) validate() error {
 	}
 	if c.Notify && c.Dialect != Postgres {
 		return bad("Notify", "needs PostgreSQL (the dialect is %s)", c.Dialect)
+	}
+	if c.NotifyListener != nil && !c.Notify {
+		return bad("NotifyListener", "is used only with Notify: set Notify too")
 	}
 	if c.PublishOnly && c.Manual {
 		return bad("Manual", "cannot be combined with PublishOnly (Drain needs relays)")

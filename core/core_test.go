@@ -27,6 +27,7 @@ func TestValidateNamesTheOption(t *testing.T) {
 		{"Schema", func(c *Config) { c.Schema = "1bad" }},
 		{"Schema", func(c *Config) { c.Dialect, c.Schema = SQLite, "s" }},
 		{"Notify", func(c *Config) { c.Dialect, c.Notify = MySQL, true }},
+		{"NotifyListener", func(c *Config) { c.NotifyListener = sqlListener{} }},
 		{"Manual", func(c *Config) { c.Manual, c.PublishOnly = true, true }},
 		{"LeaseDuration", func(c *Config) { c.LeaseDuration = time.Millisecond }},
 		{"Outboxes", func(c *Config) { c.Outboxes = nil }},

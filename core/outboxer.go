@@ -22,6 +22,7 @@ type Outboxer struct {
 	outboxes map[string]*box
 	tables   map[string]*dialect.SQL // by table name
 	running  atomic.Bool
+	listener atomic.Pointer[NotifyStatus] // the Notify listener's state, while it runs
 	// isolation caches what strictIsolation found.
 	isolation atomic.Int32
 	packet    atomic.Int64  // MySQL: the server's max_allowed_packet, once read

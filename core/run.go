@@ -12,33 +12,47 @@ import (
 // lets in-flight batches finish within Config.ShutdownTimeout, releases the partitions
 // so other nodes take them at once, closes the relays that are Closers, and returns nil.
 //
-// It first checks that the stored partitions match the configuration (ErrRepartitioned
-// otherwise), creates missing lease rows and starts the relays that are Starters. A
+// It first checks that the partition count recorded in the database matches the
+// configuration (ErrRepartitioned otherwise; see Config.AllowRepartition for when it may
+// change), creates missing lease rows and starts the relays that are Starters. A
 // PublishOnly or Manual instance starts nothing: Run then just waits for ctx.
+//
+// Start-up failures that waiting can fix are retried, with an Error log line naming the
+// error and the next try each time, until start-up succeeds or ctx is done: the database
+// unreachable or refusing connections, the tables missing (ErrNotMigrated: a migration job
+// that has not run yet), a Starter's error. The delay between tries grows from 100 ms to
+// 30 s. Run returns at once, having logged it at Error, only what waiting cannot fix:
+// ErrRepartitioned, a *ConfigError (ErrInvalidConfig), an error marked with Permanent
+// (a Starter may return one), and ErrAlreadyRunning. When ctx is done before start-up
+// succeeded, Run returns an error matching ctx's error (context.Canceled or
+// context.DeadlineExceeded with errors.Is) that also wraps the last start-up failure, so
+// that a service can tell "stopped" (nil) from "never delivered" (an error).
+//
+// A relay whose Start succeeded is not started again when a later try fails: each
+// Starter's Start succeeds once per Run. When start-up fails for good, Run closes the
+// relays it started (and only those) before returning.
 //
 // Run may be called once per instance; it returns ErrAlreadyRunning after that. A Run
 // that failed while starting (before any worker ran) does not count: Run may be called
-// again, after a Migrate, say.
+// again.
 func (o *Outboxer) Run(ctx context.Context) error {
 	if !o.running.CompareAndSwap(false, true) {
+		o.cfg.Logger.Error("outboxer: Run called twice", "outboxer", o.cfg.Name, "err", ErrAlreadyRunning)
 		return ErrAlreadyRunning
 	}
 	if o.cfg.PublishOnly || o.cfg.Manual {
 		<-ctx.Done()
 		return nil
 	}
-	if err := o.prepareRun(ctx); err != nil {
+	started := map[Relay]bool{}
+	if err := o.startUp(ctx, started); err != nil {
+		// The relays that did start are closed before the flag is cleared, so that a
+		// second Run cannot overlap with the close; the others are left as they were.
+		o.closeRelays(started)
 		o.running.Store(false)
 		return err
 	}
-	err := o.startRelays(ctx)
-	defer o.closeRelays()
-	if err != nil {
-		// Relays that did start are closed (deferred above) before Run returns; the
-		// flag is cleared after that, so a second Run cannot overlap with the close.
-		defer o.running.Store(false)
-		return err
-	}
+	defer o.closeRelays(nil)
 
 	// stop ends fetching; hard, ShutdownTimeout later, cancels what is still in flight.
 	stop := ctx
@@ -88,10 +102,10 @@ func (o *Outboxer) prepareRun(ctx context.Context) error {
 	for _, name := range o.Outboxes() {
 		ob := o.outboxes[name]
 		if err := o.checkPartitions(ctx, ob); err != nil {
-			return err
+			return startUpError(ob, err)
 		}
 		if err := o.ensureLeases(ctx, ob, ob.cfg.Paused, true); err != nil {
-			return err
+			return startUpError(ob, err)
 		}
 		if ob.cfg.Paused {
 			if err := o.Pause(ctx, name); err != nil {
@@ -151,26 +165,27 @@ func (o *Outboxer) checkPartitions(ctx context.Context, ob *box) error {
 }
 
 // startRelays starts every distinct relay that is a Starter, in outbox order.
-func (o *Outboxer) startRelays(ctx context.Context) error {
-	seen := map[Relay]bool{}
+// It skips the relays in started, and adds those it starts.
+func (o *Outboxer) startRelays(ctx context.Context, started map[Relay]bool) error {
 	for _, name := range o.Outboxes() {
 		r := o.outboxes[name].cfg.Relay
-		if s, ok := r.(Starter); ok && !seen[r] {
-			seen[r] = true
+		if s, ok := r.(Starter); ok && !started[r] {
 			if err := s.Start(ctx); err != nil {
 				return fmt.Errorf("outboxer: start relay of %q: %w", name, err)
 			}
+			started[r] = true
 		}
 	}
 	return nil
 }
 
-// closeRelays closes every distinct relay that is a Closer (started or not).
-func (o *Outboxer) closeRelays() {
+// closeRelays closes every distinct relay that is a Closer (started or not), or, when
+// only is not nil, those of them in only.
+func (o *Outboxer) closeRelays(only map[Relay]bool) {
 	seen := map[Relay]bool{}
 	for _, name := range o.Outboxes() {
 		r := o.outboxes[name].cfg.Relay
-		if c, ok := r.(Closer); ok && !seen[r] {
+		if c, ok := r.(Closer); ok && !seen[r] && (only == nil || only[r]) {
 			seen[r] = true
 			if err := c.Close(); err != nil {
 				o.cfg.Logger.Warn("outboxer: close relay", "outbox", name, "err", err)
