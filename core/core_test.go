@@ -226,3 +226,19 @@ func TestSharesDealPartitionsFairly(t *testing.T) {
 		t.Errorf("share-out over no node = %v", got)
 	}
 }
+
+func TestMaxPartitionsValidated(t *testing.T) {
+	cfg := Config{DB: new(sql.DB), Dialect: Postgres, Outboxes: map[string]OutboxConfig{"orders": {Relay: nopRelay{}}}}
+	for _, n := range []int{0, 1, 64, AllPartitions} {
+		cfg.MaxPartitions = n
+		if _, err := New(cfg); err != nil {
+			t.Errorf("MaxPartitions %d: %v", n, err)
+		}
+	}
+	cfg.MaxPartitions = -2
+	_, err := New(cfg)
+	var ce *ConfigError
+	if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != "MaxPartitions" {
+		t.Errorf("MaxPartitions -2: %v, want a ConfigError on MaxPartitions", err)
+	}
+}

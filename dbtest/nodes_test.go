@@ -50,6 +50,7 @@ type nodesConfig struct {
 	Rate        int           // messages per second this node may deliver (0: no limit)
 	Delay       time.Duration // each delivery takes this long
 	Batch       int
+	NoWrite     bool // the relay records nothing (the benchmark)
 }
 
 func (c nodesConfig) env() []string {
@@ -57,7 +58,8 @@ func (c nodesConfig) env() []string {
 		"N_DRIVER="+c.Driver, "N_DSN="+c.DSN, "N_DIALECT="+string(c.Dialect),
 		"N_PARTITIONS="+strconv.Itoa(c.Partitions), "N_LEASE="+c.Lease.String(),
 		"N_NOTIFY="+strconv.FormatBool(c.Notify), "N_MAX="+strconv.Itoa(c.Max),
-		"N_RATE="+strconv.Itoa(c.Rate), "N_DELAY="+c.Delay.String(), "N_BATCH="+strconv.Itoa(c.Batch))
+		"N_RATE="+strconv.Itoa(c.Rate), "N_DELAY="+c.Delay.String(), "N_BATCH="+strconv.Itoa(c.Batch),
+		"N_NOWRITE="+strconv.FormatBool(c.NoWrite))
 }
 
 // nodesHelper is a relay process. It relays the "orders" outbox into node_deliveries until
@@ -84,7 +86,7 @@ func nodesHelper() int {
 		defer outMu.Unlock()
 		fmt.Printf(format+"\n", args...)
 	}
-	relay := &nodeRelay{db: db, dialect: dialect, pid: os.Getpid(), delay: dur("N_DELAY"), say: say}
+	relay := &nodeRelay{db: db, dialect: dialect, pid: os.Getpid(), delay: dur("N_DELAY"), say: say, noWrite: os.Getenv("N_NOWRITE") == "true"}
 	if rate := atoi("N_RATE"); rate > 0 {
 		relay.bucket = newTokenBucket(rate)
 	}
@@ -146,6 +148,7 @@ type nodeRelay struct {
 	delay   time.Duration
 	bucket  *tokenBucket
 	say     func(format string, args ...any)
+	noWrite bool
 }
 
 func (r *nodeRelay) Deliver(ctx context.Context, batch []core.Envelope) error {
@@ -158,6 +161,9 @@ func (r *nodeRelay) Deliver(ctx context.Context, batch []core.Envelope) error {
 		r.say("S %d %d", batch[0].Partition, time.Now().UnixNano())
 		time.Sleep(r.delay) // not cut short: a frozen process wakes up mid-delivery
 		defer func() { r.say("W %d %d", batch[0].Partition, time.Now().UnixNano()) }()
+	}
+	if r.noWrite {
+		return nil
 	}
 	var b strings.Builder
 	b.WriteString(`INSERT INTO node_deliveries (msg_id, grp, pid, part) VALUES `)
