@@ -76,7 +76,9 @@
 // outboxer relay delivers outboxes as a configuration file says, YAML (.yaml, .yml) or
 // TOML (.toml), until SIGINT or SIGTERM; it then finishes the batches in flight,
 // releases its partitions and exits 0. Several relays may run on the same table: each
-// partition has one owner at a time.
+// partition has one owner at a time, and the relays share each outbox's partitions evenly
+// (max_partitions caps a relay's share; -1 takes it out of the share-out, to take every
+// partition nobody holds).
 //
 //	database:
 //	  dsn: ${OUTBOX_DSN}          # ${VAR} is read from the environment; --dsn overrides
@@ -84,6 +86,7 @@
 //	  notify: true                # PostgreSQL: wake on NOTIFY instead of polling
 //	lease_duration: 20s
 //	shutdown_timeout: 10s
+//	max_partitions: 0             # 0: a fair share of each outbox's partitions
 //	outboxes:
 //	  orders:
 //	    ordering: group           # group (default), total or none
