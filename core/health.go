@@ -50,7 +50,8 @@ type OutboxHealth struct {
 	// partitions it holds.
 	Owners map[string]int
 	// Nodes lists the live relay nodes of the outbox (those whose heartbeat has not run
-	// out), sorted by name, with their share and what they hold.
+	// out), sorted by name, with their share and what they hold. It is nil when the
+	// nodes table cannot be read (tables migrated by an earlier version: run Migrate).
 	Nodes []NodeHealth
 	// Unowned lists the partitions no node holds a live lease on: nobody delivers them.
 	// Right after a node starts, or within about LeaseDuration of a node dying, this is
@@ -215,11 +216,14 @@ func (o *Outboxer) outboxHealth(ctx context.Context, ob *box) (OutboxHealth, tim
 	if err != nil {
 		return OutboxHealth{}, time.Time{}, err
 	}
+	oh := OutboxHealth{Outbox: ob.name, Owners: map[string]int{}, Unowned: []int{}, Nodes: []NodeHealth{}}
 	nodes, err := o.liveNodes(ctx, ob)
 	if err != nil {
-		return OutboxHealth{}, time.Time{}, err
+		if ctx.Err() != nil {
+			return OutboxHealth{}, time.Time{}, err
+		}
+		oh.Nodes = nil // a table migrated before nodes shared partitions: no membership to show
 	}
-	oh := OutboxHealth{Outbox: ob.name, Owners: map[string]int{}, Unowned: []int{}, Nodes: []NodeHealth{}}
 	share := shares(ob.cfg.Partitions, nodes)
 	index := map[string]int{}
 	for _, n := range nodes {

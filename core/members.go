@@ -139,7 +139,8 @@ func (o *Outboxer) readEvery() time.Duration {
 func (o *Outboxer) members(done, stop context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
-	var beat time.Time // when this node last heartbeat
+	var beat time.Time            // when this node last heartbeat
+	failing := map[string]bool{} // outboxes whose last heartbeat or read failed (logged once)
 	for {
 		select {
 		case <-stop.Done():
@@ -167,8 +168,14 @@ func (o *Outboxer) members(done, stop context.Context) {
 			beat = time.Now()
 		}
 		for _, name := range o.Outboxes() {
-			if err := o.heartbeat(stop, o.outboxes[name], write); err != nil && stop.Err() == nil {
-				o.cfg.Logger.Warn("outboxer: heartbeat", "outbox", name, "err", err)
+			err := o.heartbeat(stop, o.outboxes[name], write)
+			switch {
+			case err != nil && stop.Err() == nil && !failing[name]:
+				o.cfg.Logger.Warn("outboxer: heartbeat failed; this node's share is kept until it succeeds", "outbox", name, "err", err)
+				failing[name] = true
+			case err == nil && failing[name]:
+				o.cfg.Logger.Info("outboxer: heartbeat succeeds again", "outbox", name)
+				failing[name] = false
 			}
 		}
 		t.Reset(o.readEvery())

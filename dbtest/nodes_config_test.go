@@ -100,3 +100,31 @@ func TestAllPartitionsNodeIsNotBalanced(t *testing.T) {
 		}
 	})
 }
+
+// Tables migrated before nodes shared partitions have no nodes table: a relay logs the
+// failed heartbeat and delivers everything, as before, and Health shows no nodes.
+func TestRelayWithoutNodesTable(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		rec := &recorder{}
+		ob := setup(t, db, core.Config{LeaseDuration: 2 * time.Second,
+			Outboxes: map[string]core.OutboxConfig{"orders": {Relay: rec, Partitions: 4, PollInterval: 20 * time.Millisecond}}})
+		if _, err := db.ExecContext(context.Background(), `DROP TABLE outboxer_messages_nodes`); err != nil {
+			t.Fatal(err)
+		}
+		run(t, ob)
+		var msgs []core.Message
+		for i := range 40 {
+			msgs = append(msgs, event{Seq: i, Group: "g" + string(rune('a'+i%7))})
+		}
+		publish(t, ob, db.DB, msgs...)
+		eventually(t, 30*time.Second, "every message delivered", func() bool { return len(rec.Delivered()) >= 40 })
+		eventually(t, 30*time.Second, "every delivery confirmed", func() bool { return counts(t, ob, "orders").Pending == 0 })
+		h, err := ob.Health(context.Background(), "orders")
+		if err != nil {
+			t.Fatalf("Health: %v", err)
+		}
+		if oh := h.Outboxes[0]; oh.Nodes != nil || oh.Pending != 0 || len(oh.Owners) != 1 {
+			t.Errorf("nodes %#v, pending %d, owners %v", oh.Nodes, oh.Pending, oh.Owners)
+		}
+	})
+}

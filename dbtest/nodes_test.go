@@ -585,12 +585,12 @@ func nodesConfigFor(db *dbtest.DB) nodesConfig {
 	return nodesConfig{Driver: db.Driver, DSN: db.DSN, Dialect: db.Dialect, Partitions: 12, Lease: 2 * time.Second}
 }
 
-// TestRelayNodesShareThePartitions: three relay processes on 12 partitions hold 4 each;
+// TestChaosRelayNodesShareThePartitions: three relay processes on 12 partitions hold 4 each;
 // a fourth makes it 3 each; one stopped gracefully makes it 4 each again, with nothing
 // delivered twice or out of order; one killed is taken over within the lease bound and
 // the partitions spread again when another comes. While the membership is stable, no
 // lease changes hands.
-func TestRelayNodesShareThePartitions(t *testing.T) {
+func TestChaosRelayNodesShareThePartitions(t *testing.T) {
 	dialects := []core.Dialect{core.Postgres, core.MySQL, core.SQLite}
 	if !dbtest.Long() {
 		dialects = dialects[:2]
@@ -600,7 +600,7 @@ func TestRelayNodesShareThePartitions(t *testing.T) {
 	})
 }
 
-func TestRelayNodesShareThePartitionsNotify(t *testing.T) {
+func TestChaosRelayNodesShareThePartitionsNotify(t *testing.T) {
 	chaosForDialects(t, []core.Dialect{core.Postgres}, func(t *testing.T, db *dbtest.DB) {
 		relayNodes(t, db, true)
 	})
@@ -727,12 +727,12 @@ func relayNodes(t *testing.T, db *dbtest.DB, notify bool) {
 	dbtest.Record(t, s)
 }
 
-// TestRelayNodeFrozenPastItsLease: of three relay processes on 12 partitions, one is
+// TestChaosRelayNodeFrozenPastItsLease: of three relay processes on 12 partitions, one is
 // frozen (SIGSTOP) in the middle of its deliveries for longer than its lease. The other
 // two take its partitions (6/6); woken (SIGCONT), it cannot confirm what it had in flight
 // (the fencing holds through the rebalancing), and the partitions spread out again
 // (4/4/4). Only what it had in flight is delivered twice, nothing out of order.
-func TestRelayNodeFrozenPastItsLease(t *testing.T) {
+func TestChaosRelayNodeFrozenPastItsLease(t *testing.T) {
 	dialects := []core.Dialect{core.Postgres, core.MySQL}
 	if dbtest.Long() {
 		dialects = append(dialects, core.SQLite)
