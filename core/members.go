@@ -139,7 +139,7 @@ func (o *Outboxer) readEvery() time.Duration {
 func (o *Outboxer) members(done, stop context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
-	var beat time.Time            // when this node last heartbeat
+	var beat time.Time           // when this node last heartbeat
 	failing := map[string]bool{} // outboxes whose last heartbeat or read failed (logged once)
 	for {
 		select {
