@@ -232,10 +232,10 @@ type Config struct {
 	// Hooks receive telemetry events.
 	Hooks Hooks
 	// LeaseDuration a worker owns its partition without renewing. A crashed node's
-	// partitions are taken over at most about LeaseDuration + LeaseDuration/4 later (the
-	// other nodes look for partitions to take at least every LeaseDuration/4). Nodes
-	// heartbeat every LeaseDuration/4 (at most every second) and are forgotten when
-	// they miss heartbeats for LeaseDuration.
+	// partitions are taken over at most about LeaseDuration + LeaseDuration/4 later: nodes
+	// heartbeat every LeaseDuration/4 (at most every second), are forgotten when they
+	// miss heartbeats for LeaseDuration, and read the membership and the free partitions
+	// every 250 ms (LeaseDuration/8 when shorter).
 	// Default 20 s; at least 1 s.
 	LeaseDuration time.Duration
 	// MaxPartitions says how many partitions of each outbox this instance holds when

@@ -581,6 +581,29 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[i]
 }
 
+// startThreeNodes starts publishing steadily (until finish, or the end of the test) and
+// three relay processes on 12 partitions, and waits until they hold 4 each: it returns how
+// long that took after the third started. The first node creates the lease rows; the
+// others start once it holds them (nodes starting together on an outbox that never ran may
+// see the rows half-made).
+func startThreeNodes(t *testing.T, ob *core.Outboxer, db *dbtest.DB, cfg nodesConfig, bound time.Duration) (pub *nodesPublisher, a, b, c *nodeProc, took time.Duration) {
+	t.Helper()
+	pub = startPublishing(ob, db, 10, 10*time.Millisecond)
+	t.Cleanup(func() {
+		select {
+		case <-pub.done:
+		default:
+			close(pub.stop)
+			<-pub.done
+		}
+	})
+	a = startNode(t, cfg)
+	waitBalanced(t, ob, []*nodeProc{a}, []int{12}, a.started, bound)
+	b, c = startNode(t, cfg), startNode(t, cfg)
+	took = waitBalanced(t, ob, []*nodeProc{a, b, c}, []int{4, 4, 4}, c.started, bound)
+	return pub, a, b, c, took
+}
+
 func nodesConfigFor(db *dbtest.DB) nodesConfig {
 	return nodesConfig{Driver: db.Driver, DSN: db.DSN, Dialect: db.Dialect, Partitions: 12, Lease: 2 * time.Second}
 }
@@ -617,22 +640,7 @@ func relayNodes(t *testing.T, db *dbtest.DB, notify bool) {
 	if notify {
 		variant = "notify"
 	}
-	pub := startPublishing(ob, db, 10, 10*time.Millisecond)
-	defer func() {
-		select {
-		case <-pub.done:
-		default:
-			close(pub.stop)
-			<-pub.done
-		}
-	}()
-
-	// The first node creates the lease rows; the others start once it holds them (nodes
-	// starting together on an outbox that never ran may see the rows half-made).
-	a := startNode(t, cfg)
-	waitBalanced(t, ob, []*nodeProc{a}, []int{12}, a.started, bound)
-	b, c := startNode(t, cfg), startNode(t, cfg)
-	first := waitBalanced(t, ob, []*nodeProc{a, b, c}, []int{4, 4, 4}, c.started, bound)
+	pub, a, b, c, first := startThreeNodes(t, ob, db, cfg, bound)
 	t.Logf("3 nodes: 4/4/4 %v after the third started", first.Round(time.Millisecond))
 
 	// Flapping: a stable membership under load moves nothing.
@@ -743,19 +751,7 @@ func TestChaosRelayNodeFrozenPastItsLease(t *testing.T) {
 		cfg := nodesConfigFor(db)
 		cfg.Delay = 150 * time.Millisecond // a batch is in flight most of the time
 		bound := 30 * time.Second
-		pub := startPublishing(ob, db, 10, 10*time.Millisecond)
-		defer func() {
-			select {
-			case <-pub.done:
-			default:
-				close(pub.stop)
-				<-pub.done
-			}
-		}()
-		a := startNode(t, cfg)
-		waitBalanced(t, ob, []*nodeProc{a}, []int{12}, a.started, bound)
-		b, c := startNode(t, cfg), startNode(t, cfg)
-		waitBalanced(t, ob, []*nodeProc{a, b, c}, []int{4, 4, 4}, c.started, bound)
+		pub, a, b, c, _ := startThreeNodes(t, ob, db, cfg, bound)
 		time.Sleep(500 * time.Millisecond)
 
 		// Freeze it while every partition it holds is in its relay's wait, outside any
