@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -97,11 +98,18 @@ type Message struct {
 	Seq   int64
 }
 
-// GroupOf is the Message.Group of an outbox message: its outbox and group key. It is
-// "" (no stale check) for an unordered message.
+// GroupOf is the Message.Group of an outbox message: its outbox and group key, joined
+// by a '/'. It is "" (no stale check) for an unordered message. A '%' or '/' in the
+// outbox name is escaped (%25, %2F), so that two pairs never give one group (outbox
+// "orders/eu" with key "x", outbox "orders" with key "eu/x"); other names are as they
+// are. (An outbox name of many such characters can make a group longer than
+// MaxGroupLen, which Claim refuses.)
 func GroupOf(outbox, groupKey string) string {
 	if groupKey == "" {
 		return ""
+	}
+	if strings.ContainsAny(outbox, "%/") {
+		outbox = strings.ReplaceAll(strings.ReplaceAll(outbox, "%", "%25"), "/", "%2F")
 	}
 	return outbox + "/" + groupKey
 }
@@ -239,13 +247,20 @@ func (in *Inbox) CheckRedelivery(source string, bound time.Duration) error {
 // racing on a key, exactly one runs its handler to a commit. On SQLite writers are
 // serialised: the second consumer's transaction waits for the first's as a whole.
 //
-// exec must be a transaction (autocommit would make the record permanent before the
-// handler ran); Claim cannot check that for every executor, so it is the caller's part.
+// exec must be a transaction: in autocommit the record would be permanent before the
+// handler ran, and a handler that then failed would leave the message recorded but
+// never handled (its redelivery a Duplicate). Claim refuses, with an error matching
+// core.ErrInvalidExecutor, a nil executor, a *sql.DB, a *sql.Conn and a
+// core.Transactional that reports it is not in a transaction; for other executors it
+// cannot tell, and it is the caller's part.
 func (in *Inbox) Claim(ctx context.Context, exec core.Executor, consumer string, m Message) (Outcome, error) {
 	if err := checkText("consumer", consumer, MaxConsumerLen, false); err != nil {
 		return 0, err
 	}
 	if err := checkText("key", m.Key, MaxKeyLen, false); err != nil {
+		return 0, err
+	}
+	if err := checkTx(exec); err != nil {
 		return 0, err
 	}
 	check := in.cfg.StaleCheck && m.Group != ""
@@ -268,25 +283,48 @@ func (in *Inbox) Claim(ctx context.Context, exec core.Executor, consumer string,
 	}
 	// The group's mark: a new group gets the message's Seq, an existing one is raised
 	// to it when it is lower; neither means a later message of the group came first.
-	res, err = exec.ExecContext(ctx, in.sql.claimGroup, consumer, m.Group, m.Seq)
-	if err != nil {
-		return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+	// Unless the pruner deleted the mark (not raised within the window) between the two
+	// statements: on PostgreSQL the insert's conflict check takes no lock, so the raise
+	// can find no row. The second round inserts the mark then; a mark inserted since
+	// by another consumer is new, so the pruner cannot take it again.
+	for round := 0; ; round++ {
+		res, err = exec.ExecContext(ctx, in.sql.claimGroup, consumer, m.Group, m.Seq)
+		if err != nil {
+			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+		} else if n == 1 {
+			return Claimed, nil
+		}
+		res, err = exec.ExecContext(ctx, in.sql.raiseGroup, m.Seq, consumer, m.Group, m.Seq)
+		if err != nil {
+			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+		} else if n == 1 {
+			return Claimed, nil
+		}
+		if round == 1 {
+			return Stale, nil
+		}
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
-	} else if n == 1 {
-		return Claimed, nil
+}
+
+// checkTx refuses the executors known not to be transactions.
+func checkTx(exec core.Executor) error {
+	inTx := true
+	switch e := exec.(type) {
+	case nil, *sql.DB, *sql.Conn:
+		inTx = false
+	case core.Transactional:
+		inTx = e.InTransaction()
 	}
-	res, err = exec.ExecContext(ctx, in.sql.raiseGroup, m.Seq, consumer, m.Group, m.Seq)
-	if err != nil {
-		return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+	if !inTx {
+		return fmt.Errorf("%w: inbox: Claim needs the consumer's transaction, got %T", core.ErrInvalidExecutor, exec)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
-	} else if n == 0 {
-		return Stale, nil
-	}
-	return Claimed, nil
+	return nil
 }
 
 func checkText(what, s string, maxLen int, empty bool) error {

@@ -32,6 +32,7 @@
 //	outboxer pause   --outbox NAME... [--partitions N]
 //	outboxer resume  --outbox NAME...
 //	outboxer relay   --config relay.yaml [--check]
+//	outboxer ui      [--listen 127.0.0.1:8080] [--basic-auth USER:PASS] [--read-only]
 //
 // Without --outbox, the read-only commands cover every outbox found in the table (by its
 // messages or its partition rows). An outbox that has neither is unknown: the command
@@ -70,6 +71,16 @@
 //
 // --max-dead defaults to 0 (any dead message is a problem; -1 does not check), and
 // --max-age and --max-pending to 0 (not checked). These flags need --check.
+//
+// # Dashboard
+//
+// outboxer ui serves the web dashboard of package outboxerui (module ui) over the table
+// until interrupted: every outbox's backlog, lag, partitions and owners, its blocked
+// groups, filtered message lists and single messages, and retry, discard, pause and
+// resume after a confirmation page. It listens on 127.0.0.1:8080 unless --listen says
+// otherwise; --basic-auth (or $OUTBOXER_UI_BASIC_AUTH) requires a user and password on
+// every request, and --read-only hides the actions and refuses every change with 403.
+// Serving on a routable address without --basic-auth prints a warning.
 //
 // # Relay
 //
