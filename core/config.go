@@ -30,6 +30,9 @@ const (
 
 	// MaxBatchSize bounds BatchSize: the IDs of a batch go into one statement.
 	MaxBatchSize = 10000
+
+	// AllPartitions as Config.MaxPartitions opts an instance out of balancing.
+	AllPartitions = -1
 )
 
 // Dialect is the SQL dialect of the database. New detects it from the driver when unset.
@@ -243,10 +246,24 @@ type Config struct {
 	// Hooks receive telemetry events.
 	Hooks Hooks
 	// LeaseDuration a worker owns its partition without renewing. A crashed node's
-	// partitions are taken over at most about LeaseDuration + LeaseDuration/4 later (the
-	// other nodes try to take a partition they do not hold every LeaseDuration/4).
+	// partitions are taken over at most about LeaseDuration + LeaseDuration/4 later: nodes
+	// heartbeat every LeaseDuration/4 (at most every second), are forgotten when they
+	// miss heartbeats for LeaseDuration, and read the membership and the free partitions
+	// every 250 ms (LeaseDuration/8 when shorter).
 	// Default 20 s; at least 1 s.
 	LeaseDuration time.Duration
+	// MaxPartitions says how many partitions of each outbox this instance holds when
+	// several relay nodes share them. Every running instance heartbeats into the
+	// database; each aims at its fair share of every outbox's partitions (P/N rounded up
+	// for the first P mod N nodes by name, down for the others), takes free partitions up
+	// to it and gives back, after confirming its batch in flight, what it holds beyond it.
+	//
+	// 0 (the default): the fair share. n > 0: at most n; the other nodes share the rest.
+	// AllPartitions (-1): this instance is not balanced: it takes every partition that
+	// nobody holds and gives none back (a single relay, or a hot standby, as before
+	// nodes shared partitions); the balanced nodes share out the partitions among
+	// themselves and it delivers only those they leave.
+	MaxPartitions int
 	// ShutdownTimeout bounds how long Run waits for in-flight batches after ctx is done.
 	// Default 10 s.
 	ShutdownTimeout time.Duration
@@ -402,6 +419,9 @@ func (c *Config) validate() error {
 	}
 	if c.LeaseDuration < time.Second {
 		return bad("LeaseDuration", "must be at least 1s, got %v", c.LeaseDuration)
+	}
+	if c.MaxPartitions < AllPartitions {
+		return bad("MaxPartitions", "must be 0 (fair share), a positive cap or AllPartitions (-1), got %d", c.MaxPartitions)
 	}
 	if c.ShutdownTimeout < 0 {
 		return bad("ShutdownTimeout", "must be positive, got %v", c.ShutdownTimeout)

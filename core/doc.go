@@ -108,9 +108,13 @@
 // # Several nodes
 //
 // Start the same outboxes on every node. Nodes that only publish set PublishOnly; they
-// start nothing and need no relay. Relay nodes share the partitions: a crashed node's
-// partitions are taken over within about LeaseDuration + LeaseDuration/4 (25 s by
-// default), a node that stops gracefully hands them over at once. With Notify (PostgreSQL
+// start nothing and need no relay. Relay nodes share the partitions: every running
+// instance heartbeats into the table's "_nodes" table, and each holds its fair share of
+// every outbox's partitions (Config.MaxPartitions caps it or opts out). When a node joins
+// or leaves, only the partitions beyond a share move, each after its batch in flight is
+// confirmed. A crashed node's partitions are taken over within about LeaseDuration +
+// LeaseDuration/4 (25 s by default), a node that stops gracefully hands them over at
+// once. Health lists the live nodes and what each holds. With Notify (PostgreSQL
 // and the pgx driver), a commit wakes the partition's worker on whichever node it runs;
 // otherwise workers poll every PollInterval, and a publish through the same instance wakes
 // its own workers.

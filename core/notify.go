@@ -262,6 +262,17 @@ func (c sqlNotifyConn) Close(ctx context.Context) error {
 // notified wakes the workers a notification names ("outbox:p1,p2", or "outbox" for all
 // its partitions), or every worker when it names nothing this instance knows.
 func (o *Outboxer) notified(payload string) {
+	if name, ok := strings.CutSuffix(payload, ":"+nodesPayload); ok {
+		if _, ok := o.outboxes[name]; ok {
+			// Partitions were given back, or a node left: read the membership again and
+			// offer the free partitions to the idle workers now.
+			select {
+			case o.refresh <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
 	name, parts := splitPayload(payload)
 	if ob, ok := o.outboxes[name]; ok {
 		if parts == "" {

@@ -70,18 +70,27 @@ func (o *Outboxer) Run(ctx context.Context) error {
 	}()
 
 	var wg sync.WaitGroup
-	owner := newOwner()
+	owner := o.owner
 	for _, name := range o.Outboxes() {
 		ob := o.outboxes[name]
 		ob.mu.Lock()
 		ob.workers = nil
 		for p := range ob.cfg.Partitions {
 			w := newWorker(o, ob, p, owner)
+			w.bal = ob.bal
 			ob.workers = append(ob.workers, w)
 			wg.Go(func() { w.loop(stop, hard) })
 		}
 		ob.mu.Unlock()
 	}
+	// The membership runs on until the workers have given their partitions back.
+	members, endMembers := context.WithCancel(context.WithoutCancel(ctx))
+	var mwg sync.WaitGroup
+	mwg.Go(func() { o.members(members, stop) })
+	defer func() {
+		endMembers()
+		mwg.Wait()
+	}()
 	if o.cfg.Notify {
 		wg.Go(func() { o.listen(stop) })
 	}
@@ -93,6 +102,8 @@ func (o *Outboxer) Run(ctx context.Context) error {
 	}
 	o.cfg.Logger.Info("outboxer: running", "outboxer", o.cfg.Name, "outboxes", len(o.outboxes), "owner", owner)
 	wg.Wait()
+	endMembers()
+	mwg.Wait()
 	o.cfg.Logger.Info("outboxer: stopped", "outboxer", o.cfg.Name)
 	return nil
 }
@@ -200,23 +211,34 @@ func (w *worker) loop(stop, hard context.Context) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(stop), 5*time.Second)
 		defer cancel()
 		w.release(ctx)
+		w.settle()
 	}()
 	wake := w.ob.wake[w.part]
 	failures := 0
 	var soon []time.Duration // re-checks after a publish in a transaction that may not have committed yet
 	for stop.Err() == nil {
+		w.settle()
 		if !w.held {
-			ok, err := w.acquire(stop)
-			if err != nil && stop.Err() == nil {
-				w.log.Warn("outboxer: cannot take partition", "err", err)
-			}
-			if !ok {
-				// Someone else has it, or the database is away: look again later.
-				if !sleep(stop, w.lease()/4) {
+			if !w.take(stop) {
+				// The node has its share, someone else has the partition, or the
+				// database is away: look again later, or when the partition is offered.
+				if !w.await(stop, wake) {
 					return
 				}
 				continue
 			}
+			failures, soon = 0, nil
+		}
+		if w.bal != nil && w.bal.surplus() {
+			// The node holds more than its share: the batch in flight is confirmed; give
+			// the partition back, and tell the other nodes.
+			w.counted = false
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(stop), 5*time.Second)
+			w.release(ctx)
+			w.o.announce(ctx, w.ob)
+			cancel()
+			w.log.Info("outboxer: partition given back to balance the nodes")
+			continue
 		}
 		n, err := w.step(stop, hard)
 		switch {
@@ -258,6 +280,56 @@ func (w *worker) loop(stop, hard context.Context) {
 			soon = []time.Duration{time.Millisecond, 4 * time.Millisecond, 16 * time.Millisecond, 64 * time.Millisecond}
 		case wakeRecheck:
 			w.renewedAt = time.Time{} // read the paused flag now
+		}
+	}
+}
+
+// settle stops counting the partition in the node's share once the worker no longer
+// holds it (lost, or released).
+func (w *worker) settle() {
+	if w.counted && !w.held {
+		w.counted = false
+		w.bal.unclaim()
+	}
+}
+
+// take tries to take the partition, within the node's share. It reports whether the
+// worker holds it.
+func (w *worker) take(stop context.Context) bool {
+	if w.bal != nil {
+		if !w.bal.claim() {
+			return false
+		}
+		w.counted = true
+	}
+	ok, err := w.acquire(stop)
+	if err != nil && stop.Err() == nil {
+		w.log.Warn("outboxer: cannot take partition", "err", err)
+	}
+	if !ok && w.counted {
+		w.counted = false
+		w.bal.unclaim()
+	}
+	return ok
+}
+
+// await waits before a worker that holds nothing looks again: a quarter lease, or until
+// the membership loop offers it the partition (free while the node is below its share;
+// see offerFree). It returns false when stop is done.
+func (w *worker) await(stop context.Context, wake <-chan wakeKind) bool {
+	t := time.NewTimer(w.lease() / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop.Done():
+			return false
+		case k := <-wake:
+			if k == wakeTake {
+				return true
+			}
+			// A wake-up for the holder of the partition: not this worker's business.
+		case <-t.C:
+			return true
 		}
 	}
 }

@@ -59,7 +59,8 @@
 //
 // status reads core's Health: per outbox the backlog, the messages waiting for a retry
 // and those scheduled for later, how long the oldest due message has waited (the lag),
-// the dead messages, the nodes owning partitions and the partitions nobody owns. With
+// the dead messages, the nodes owning partitions and the partitions nobody owns, and the
+// live relay nodes (each with the partitions it holds, its share and its last heartbeat). With
 // --check it also judges it, for cron jobs and probes: it prints the status, then one
 // line per problem on stderr, and exits 4 when there is any.
 //
@@ -86,7 +87,9 @@
 // outboxer relay delivers outboxes as a configuration file says, YAML (.yaml, .yml) or
 // TOML (.toml), until SIGINT or SIGTERM; it then finishes the batches in flight,
 // releases its partitions and exits 0. Several relays may run on the same table: each
-// partition has one owner at a time.
+// partition has one owner at a time, and the relays share each outbox's partitions evenly
+// (max_partitions caps a relay's share; -1 takes it out of the share-out, to take every
+// partition nobody holds).
 //
 //	database:
 //	  dsn: ${OUTBOX_DSN}          # ${VAR} is read from the environment; --dsn overrides
@@ -94,6 +97,7 @@
 //	  notify: true                # PostgreSQL: wake on NOTIFY instead of polling
 //	lease_duration: 20s
 //	shutdown_timeout: 10s
+//	max_partitions: 0             # 0: a fair share of each outbox's partitions
 //	outboxes:
 //	  orders:
 //	    ordering: group           # group (default), total or none
