@@ -28,6 +28,8 @@ type balance struct {
 	share int  // partitions this node aims at; negative: as many as it can take
 	held  int  // partitions this node's workers hold, or are taking
 	known bool // a heartbeat told the share
+	// forgotAt is when the membership loop last deleted the rows of lapsed nodes.
+	forgotAt time.Time
 }
 
 func newBalance() *balance { return &balance{} }
@@ -248,16 +250,48 @@ func (o *Outboxer) offerFree(ctx context.Context, ob *box) error {
 	return nil
 }
 
-// beat writes the heartbeat, forgets the nodes that missed theirs and lists the live ones.
+// beat writes the heartbeat, lists the live nodes and forgets those that missed theirs.
 func (o *Outboxer) beat(ctx context.Context, ob *box) ([]node, error) {
 	db, s := o.cfg.DB, ob.sql
 	if _, err := db.ExecContext(ctx, s.Heartbeat, ob.name, o.owner, o.cfg.MaxPartitions, o.cfg.LeaseDuration.Microseconds()); err != nil {
 		return nil, fmt.Errorf("write heartbeat: %w", err)
 	}
-	if _, err := db.ExecContext(ctx, s.ForgetNodes, ob.name); err != nil {
-		return nil, fmt.Errorf("forget nodes: %w", err)
+	nodes, err := o.liveNodes(ctx, ob)
+	if err != nil {
+		return nil, err
 	}
-	return o.liveNodes(ctx, ob)
+	o.forget(ctx, ob)
+	return nodes, nil
+}
+
+// forget deletes, at most once a LeaseDuration, the rows of the nodes that missed their
+// heartbeats, one by one and briefly: it is housekeeping (LiveNodes skips them anyway),
+// and a row locked by someone else's transaction must not stop this node from reading
+// the membership, nor lock the rows of the nodes it scans while it waits.
+func (o *Outboxer) forget(ctx context.Context, ob *box) {
+	if time.Since(ob.bal.forgotAt) < o.cfg.LeaseDuration {
+		return
+	}
+	ob.bal.forgotAt = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, o.readEvery())
+	defer cancel()
+	var expired []string
+	err := queryRows(ctx, o.cfg.DB, ob.sql.ExpiredNodes, []any{ob.name}, func(scan func(...any) error) error {
+		var n string
+		if err := scan(&n); err != nil {
+			return err
+		}
+		expired = append(expired, n)
+		return nil
+	})
+	for _, n := range expired {
+		if err == nil {
+			_, err = o.cfg.DB.ExecContext(ctx, ob.sql.ForgetNode, ob.name, n)
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		o.cfg.Logger.Debug("outboxer: forget nodes", "outbox", ob.name, "err", err)
+	}
 }
 
 // liveNodes lists the nodes of an outbox whose heartbeat has not run out.
@@ -309,6 +343,6 @@ func (o *Outboxer) announce(ctx context.Context, ob *box) {
 }
 
 // Owner returns the name this instance holds partition leases under and heartbeats as
-// a relay node: Config.Name, then "@", host, process ID and a random suffix, as in
-// "billing@host-1/4711/9f3a0c2e". Health lists nodes and lease owners by it.
+// a relay node: Config.Name (its first 160 characters), then "@", host, process ID and a
+// random suffix, as in "billing@host-1/4711/9f3a0c2e". Health lists nodes and lease owners by it.
 func (o *Outboxer) Owner() string { return o.owner }

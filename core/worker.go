@@ -78,10 +78,19 @@ func relayName(r Relay) string {
 
 // newOwner names a node for the lease and node tables: the instance's name, host,
 // process and a random suffix, so two instances never share a name.
+// ownerNameRunes bounds the Config.Name part of an owner: with a host name of up to 64
+// characters, a process ID and the suffix, the owner fits 255 characters.
+const ownerNameRunes = 160
+
 func newOwner(name string) string {
 	host, _ := os.Hostname()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
+	// The name is cut to ownerNameRunes runes: the owner columns hold 255 characters on
+	// MySQL, and a longer owner could neither take a lease nor heartbeat there.
+	if r := []rune(name); len(r) > ownerNameRunes {
+		name = string(r[:ownerNameRunes])
+	}
 	return fmt.Sprintf("%s@%s/%d/%s", name, host, os.Getpid(), hex.EncodeToString(b))
 }
 

@@ -69,8 +69,10 @@ type SQL struct {
 	// microseconds from the database clock (arguments: outbox, node, max partitions,
 	// microseconds); LiveNodes lists the live nodes of an outbox (node, max partitions,
 	// last heartbeat, database clock); LeaveNode forgets a node (outbox, node);
-	// ForgetNodes deletes the rows of an outbox whose heartbeat ran out (outbox).
-	Heartbeat, LiveNodes, LeaveNode, ForgetNodes string
+	// ExpiredNodes lists the nodes of an outbox whose heartbeat ran out (outbox), without
+	// locking; ForgetNode deletes one of them by its key (outbox, node), so that a row
+	// locked by someone else's transaction blocks no other node's row.
+	Heartbeat, LiveNodes, LeaveNode, ExpiredNodes, ForgetNode string
 	// FreeLeases lists the partitions of an outbox whose lease is free (released, or run
 	// out).
 	FreeLeases string
@@ -148,7 +150,8 @@ func New(kind Kind, schema, table string) *SQL {
 		` WHERE outbox = ? AND expires_at > ` + now)
 	s.FreeLeases = s.p(`SELECT part FROM ` + s.Leases + ` WHERE outbox = ? AND expires_at < ` + now + ` ORDER BY part`)
 	s.LeaveNode = s.p(`DELETE FROM ` + s.Nodes + ` WHERE outbox = ? AND node = ?`)
-	s.ForgetNodes = s.p(`DELETE FROM ` + s.Nodes + ` WHERE outbox = ? AND expires_at <= ` + now)
+	s.ExpiredNodes = s.p(`SELECT node FROM ` + s.Nodes + ` WHERE outbox = ? AND expires_at <= ` + now)
+	s.ForgetNode = s.p(`DELETE FROM ` + s.Nodes + ` WHERE outbox = ? AND node = ? AND expires_at <= ` + now)
 	switch kind {
 	case MySQL:
 		s.Prune = s.p(`DELETE FROM ` + s.Messages + ` WHERE outbox = ? AND state = 1 AND delivered_at < ` + s.NowPlus("?") + ` LIMIT 5000`)

@@ -1,0 +1,205 @@
+package dbtest_test
+
+// Attacks on relay nodes sharing partitions (issue 19): hostile names, several instances
+// of one name in one process, a heartbeat row locked by someone else's transaction. Each
+// test keeps the proof of what was tried; see the report of issue 19 for the results.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/dbtest"
+)
+
+// attackInstance is an instance relaying "orders" with the given name, partitions and
+// lease into rec.
+func attackInstance(t *testing.T, db *dbtest.DB, name string, parts int, lease time.Duration, rec *recorder) *core.Outboxer {
+	t.Helper()
+	return setup(t, db, core.Config{Name: name, LeaseDuration: lease,
+		Outboxes: map[string]core.OutboxConfig{"orders": {Relay: rec, Partitions: parts, PollInterval: 20 * time.Millisecond}}})
+}
+
+// heldBy waits until the live nodes of "orders" are exactly the owners of obs and each
+// holds a count in want (in owner order), every partition held.
+func heldBy(t *testing.T, obs []*core.Outboxer, want []int, within time.Duration) {
+	t.Helper()
+	cond := func() bool {
+		h, all := holdings(t, obs[0])
+		if !all || len(h) != len(obs) {
+			return false
+		}
+		for i, ob := range obs {
+			if n, ok := h[ob.Owner()]; !ok || n != want[i] {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h, _ := holdings(t, obs[0])
+			t.Fatalf("holdings %v; want %v for the %d instances", h, want, len(obs))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// exactlyOnceInOrder checks that every envelope published was delivered exactly once,
+// and that each recorder received each group in ID order.
+func exactlyOnceInOrder(t *testing.T, published []core.Envelope, recs ...*recorder) {
+	t.Helper()
+	seen := map[int64]int{}
+	for i, r := range recs {
+		last := map[string]int64{}
+		for _, e := range r.Delivered() {
+			seen[e.ID]++
+			if p, ok := last[e.GroupKey]; ok && e.ID < p {
+				t.Errorf("instance %d: group %s: %d delivered after %d", i, e.GroupKey, e.ID, p)
+			}
+			last[e.GroupKey] = e.ID
+		}
+	}
+	for _, e := range published {
+		if seen[e.ID] != 1 {
+			t.Errorf("message %d delivered %d times", e.ID, seen[e.ID])
+		}
+	}
+}
+
+// groups returns n messages spread over g groups.
+func groups(n, g int) []core.Message {
+	msgs := make([]core.Message, n)
+	for i := range msgs {
+		msgs[i] = event{Seq: i, Group: fmt.Sprintf("g%d", i%g)}
+	}
+	return msgs
+}
+
+// Several instances of one Config.Name in one process (same host, same process ID) are
+// distinct nodes and share the partitions 4/4/4.
+func TestNodesSameNameInOneProcess(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		var obs []*core.Outboxer
+		var recs []*recorder
+		for range 3 {
+			r := &recorder{}
+			recs = append(recs, r)
+			obs = append(obs, attackInstance(t, db, "billing", 12, 2*time.Second, r))
+		}
+		if obs[0].Owner() == obs[1].Owner() || obs[1].Owner() == obs[2].Owner() || obs[0].Owner() == obs[2].Owner() {
+			t.Fatalf("owners %q %q %q: want distinct", obs[0].Owner(), obs[1].Owner(), obs[2].Owner())
+		}
+		for _, ob := range obs {
+			run(t, ob)
+		}
+		heldBy(t, obs, []int{4, 4, 4}, 30*time.Second)
+		pub := publish(t, obs[0], db.DB, groups(240, 240)...)
+		eventually(t, 30*time.Second, "every message confirmed", func() bool { return counts(t, obs[0], "orders").Pending == 0 })
+		exactlyOnceInOrder(t, pub, recs...)
+		for i, r := range recs {
+			if len(r.Delivered()) == 0 {
+				t.Errorf("instance %d delivered nothing", i)
+			}
+		}
+	})
+}
+
+// Hostile instance names: longer than any column, multi-byte, with spaces, quotes and
+// SQL. Each instance is still a node with its share, tells its own Owner, and delivers.
+func TestNodesHostileNames(t *testing.T) {
+	names := []string{
+		strings.Repeat("n", 300),
+		"ä ' \" ; DROP TABLE x; -- 名前 🚀 " + strings.Repeat("é", 200),
+		" ",
+	}
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		var obs []*core.Outboxer
+		var recs []*recorder
+		for _, name := range names {
+			r := &recorder{}
+			recs = append(recs, r)
+			obs = append(obs, attackInstance(t, db, name, 6, 2*time.Second, r))
+		}
+		for _, ob := range obs {
+			run(t, ob)
+		}
+		heldBy(t, obs, []int{2, 2, 2}, 30*time.Second)
+		pub := publish(t, obs[0], db.DB, groups(120, 12)...)
+		eventually(t, 30*time.Second, "every message confirmed", func() bool { return counts(t, obs[0], "orders").Pending == 0 })
+		exactlyOnceInOrder(t, pub, recs...)
+	})
+}
+
+// A transaction of someone else's holds a node's heartbeat row locked for longer than the
+// lease: that node's heartbeats fail and the others forget it, but it keeps delivering
+// the partitions it holds (its leases are renewed; nobody may take them: no split brain).
+// A node that then stops gracefully must still have its partitions taken over by the
+// remaining healthy node: one locked row must not freeze everyone's membership.
+func TestNodesHeartbeatRowLocked(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		if db.Dialect == core.SQLite {
+			t.Skip("SQLite locks the whole database, not a row")
+		}
+		ctx := context.Background()
+		const lease = 2 * time.Second
+		var obs []*core.Outboxer
+		var recs []*recorder
+		var stops []func()
+		for _, name := range []string{"a", "b", "c"} {
+			r := &recorder{}
+			recs = append(recs, r)
+			obs = append(obs, attackInstance(t, db, name, 6, lease, r))
+		}
+		for _, ob := range obs {
+			stops = append(stops, run(t, ob))
+		}
+		heldBy(t, obs, []int{2, 2, 2}, 30*time.Second)
+		a, b, c := obs[0], obs[1], obs[2]
+
+		tx, err := db.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		q := placeholders(db.Dialect, `SELECT node FROM outboxer_messages_nodes WHERE outbox = ? AND node = ? FOR UPDATE`)
+		var got string
+		if err := tx.QueryRowContext(ctx, q, "orders", c.Owner()).Scan(&got); err != nil {
+			t.Fatalf("lock the heartbeat row: %v", err)
+		}
+		time.Sleep(3 * lease) // c's heartbeat ran out long ago
+		if _, live := nodeOf(t, a, c.Owner()); live {
+			t.Fatalf("the node whose heartbeat row is locked is still listed as live")
+		}
+		// c still holds its partitions and delivers them; nobody else took them.
+		h, _ := holdings(t, a)
+		st, err := a.Status(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cHolds := 0
+		for _, p := range st {
+			if p.LeaseHeld && p.Owner == c.Owner() {
+				cHolds++
+			}
+		}
+		if cHolds != 2 {
+			t.Fatalf("the node with the locked row holds %d partitions, want its 2 (holdings %v)", cHolds, h)
+		}
+		pub := publish(t, a, db.DB, groups(60, 12)...)
+		eventually(t, 30*time.Second, "every message confirmed while the row is locked", func() bool { return counts(t, a, "orders").Pending == 0 })
+
+		// b stops gracefully: a must take its partitions (a sees only itself now).
+		stops[1]()
+		pub = append(pub, publish(t, a, db.DB, groups(60, 12)...)...)
+		eventually(t, 20*time.Second, "b's partitions delivered by the others while c's row is locked", func() bool {
+			return counts(t, a, "orders").Pending == 0
+		})
+		exactlyOnceInOrder(t, pub, recs...)
+		_ = b
+	})
+}
