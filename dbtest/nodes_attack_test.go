@@ -203,3 +203,166 @@ func TestNodesHeartbeatRowLocked(t *testing.T) {
 		_ = b
 	})
 }
+
+// ordered checks, over one recorder shared by every instance (deliveries in the order
+// they happened), that each published message was delivered exactly once and each group
+// in ID order across every move between nodes.
+func ordered(t *testing.T, published []core.Envelope, rec *recorder) {
+	t.Helper()
+	exactlyOnceInOrder(t, published, rec)
+}
+
+// Nodes with different LeaseDuration (configuration drift): each heartbeats on its own
+// clock, they still split 4/4, and when the short-lease node stops the long-lease node
+// takes everything.
+func TestNodesLeaseDrift(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		rec := &recorder{}
+		short := attackInstance(t, db, "short", 8, time.Second, rec)
+		long := attackInstance(t, db, "long", 8, 12*time.Second, rec)
+		stopShort := run(t, short)
+		run(t, long)
+		heldBy(t, []*core.Outboxer{short, long}, []int{4, 4}, 30*time.Second)
+		pub := publish(t, long, db.DB, groups(200, 40)...)
+		time.Sleep(100 * time.Millisecond)
+		stopShort()
+		pub = append(pub, publish(t, long, db.DB, groups(200, 40)...)...)
+		heldBy(t, []*core.Outboxer{long}, []int{8}, 30*time.Second)
+		eventually(t, 30*time.Second, "every message confirmed", func() bool { return counts(t, long, "orders").Pending == 0 })
+		ordered(t, pub, rec)
+	})
+}
+
+// One partition and eight nodes: one holds it, seven stand by, and nothing moves while
+// the membership is stable.
+func TestNodesOnePartitionEightNodes(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		rec := &recorder{}
+		var obs []*core.Outboxer
+		for i := range 8 {
+			ob := attackInstance(t, db, fmt.Sprintf("n%d", i), 1, 2*time.Second, rec)
+			obs = append(obs, ob)
+			run(t, ob)
+		}
+		want := []int{1, 0, 0, 0, 0, 0, 0, 0} // n0 sorts first
+		heldBy(t, obs, want, 30*time.Second)
+		before := leaseTokens(t, obs[0])
+		pub := publish(t, obs[0], db.DB, groups(100, 5)...)
+		eventually(t, 30*time.Second, "every message confirmed", func() bool { return counts(t, obs[0], "orders").Pending == 0 })
+		time.Sleep(2 * time.Second)
+		heldBy(t, obs, want, time.Second)
+		if after := leaseTokens(t, obs[0]); after != before {
+			t.Errorf("lease tokens went from %d to %d with a stable membership: the partition moved", before, after)
+		}
+		ordered(t, pub, rec)
+	})
+}
+
+// Twelve partitions, nodes joining and leaving every few hundred milliseconds while
+// messages are published: every message once, every group in order, across every move.
+func TestNodesFlappingUnderLoad(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		rec := &recorder{}
+		base := attackInstance(t, db, "base", 12, 2*time.Second, rec)
+		run(t, base)
+		heldBy(t, []*core.Outboxer{base}, []int{12}, 30*time.Second)
+		before := leaseTokens(t, base)
+		var pub []core.Envelope
+		for round := range 12 {
+			ob := attackInstance(t, db, fmt.Sprintf("flap%d", round%3), 12, 2*time.Second, rec)
+			stop := run(t, ob)
+			pub = append(pub, publish(t, base, db.DB, groups(60, 30)...)...)
+			time.Sleep(time.Duration(100+50*(round%4)) * time.Millisecond)
+			pub = append(pub, publish(t, base, db.DB, groups(60, 30)...)...)
+			stop()
+		}
+		heldBy(t, []*core.Outboxer{base}, []int{12}, 30*time.Second)
+		eventually(t, 30*time.Second, "every message confirmed", func() bool { return counts(t, base, "orders").Pending == 0 })
+		moves := leaseTokens(t, base) - before
+		t.Logf("%d lease takes while the membership flapped", moves)
+		if moves < 12 {
+			t.Errorf("only %d lease takes: the flapping nodes took (almost) nothing, the attack did not happen", moves)
+		}
+		ordered(t, pub, rec)
+	})
+}
+
+// Two outboxes on one table and a third on another table, relayed by two nodes: each
+// outbox is balanced on its own.
+func TestNodesSeveralOutboxes(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		mk := func(name string) *core.Outboxer {
+			return setup(t, db, core.Config{Name: name, LeaseDuration: 2 * time.Second, Outboxes: map[string]core.OutboxConfig{
+				"orders":  {Relay: &recorder{}, Partitions: 4},
+				"bills":   {Relay: &recorder{}, Partitions: 6},
+				"refunds": {Relay: &recorder{}, Partitions: 2, Table: "refund_messages"},
+			}})
+		}
+		a, b := mk("a"), mk("b")
+		run(t, a)
+		run(t, b)
+		want := map[string]int{"orders": 2, "bills": 3, "refunds": 1}
+		eventually(t, 30*time.Second, "each outbox split evenly", func() bool {
+			for outbox, n := range want {
+				h, err := a.Health(context.Background(), outbox)
+				if err != nil {
+					t.Fatalf("Health: %v", err)
+				}
+				oh := h.Outboxes[0]
+				if len(oh.Unowned) != 0 || len(oh.Nodes) != 2 {
+					return false
+				}
+				for _, nh := range oh.Nodes {
+					if len(nh.Partitions) != n || nh.Share != n {
+						return false
+					}
+				}
+			}
+			return true
+		})
+	})
+}
+
+// Pause and Resume while the nodes rebalance: nothing is delivered while paused, the
+// partitions still spread out, and after Resume every message is delivered once, in order.
+func TestNodesPauseDuringRebalance(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := context.Background()
+		rec := &recorder{}
+		a := attackInstance(t, db, "a", 8, 2*time.Second, rec)
+		run(t, a)
+		heldBy(t, []*core.Outboxer{a}, []int{8}, 30*time.Second)
+		pub := publish(t, a, db.DB, groups(100, 20)...)
+		eventually(t, 30*time.Second, "first messages confirmed", func() bool { return counts(t, a, "orders").Pending == 0 })
+		if err := a.Pause(ctx, "orders"); err != nil {
+			t.Fatal(err)
+		}
+		paused := len(rec.Delivered())
+		pub = append(pub, publish(t, a, db.DB, groups(100, 20)...)...)
+		b := attackInstance(t, db, "b", 8, 2*time.Second, rec)
+		run(t, b)
+		c := attackInstance(t, db, "c", 8, 2*time.Second, rec)
+		stopC := run(t, c)
+		heldBy(t, []*core.Outboxer{a, b, c}, []int{3, 3, 2}, 30*time.Second)
+		time.Sleep(500 * time.Millisecond)
+		if n := len(rec.Delivered()); n != paused {
+			t.Errorf("%d deliveries while paused and rebalancing", n-paused)
+		}
+		if err := b.Resume(ctx, "orders"); err != nil {
+			t.Fatal(err)
+		}
+		stopC()
+		if err := a.Pause(ctx, "orders"); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Resume(ctx, "orders"); err != nil {
+			t.Fatal(err)
+		}
+		heldBy(t, []*core.Outboxer{a, b}, []int{4, 4}, 30*time.Second)
+		eventually(t, 30*time.Second, "every message confirmed", func() bool { return counts(t, a, "orders").Pending == 0 })
+		if paused != 100 {
+			t.Errorf("%d deliveries before the pause, want 100", paused)
+		}
+		ordered(t, pub, rec)
+	})
+}
