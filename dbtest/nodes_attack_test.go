@@ -6,7 +6,9 @@ package dbtest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -364,5 +366,75 @@ func TestNodesPauseDuringRebalance(t *testing.T) {
 			t.Errorf("%d deliveries before the pause, want 100", paused)
 		}
 		ordered(t, pub, rec)
+	})
+}
+
+// A node configured with fewer partitions than the running ones joins while the backlog
+// is empty. The promise: it is refused (ErrRepartitioned) or at least never splits a
+// group between two partitions, and the running node keeps every partition it holds.
+//
+// Proven broken (issue 19): on every database the newcomer starts, checkPartitions sees
+// an empty backlog and drops the lease rows of partitions 4 to 7 under the running node,
+// whose messages there are then never delivered (44 of 160), and 22 of 40 groups are
+// split between partitions. The fix belongs in the start-up check (refuse when live nodes
+// run another count), which is not this branch's area: skipped until it lands.
+func TestNodesPartitionsDriftOnEmptyBacklog(t *testing.T) {
+	if os.Getenv("OUTBOXER_KNOWN_BROKEN") == "" {
+		t.Skip("known broken, issue 19: a node with fewer Partitions drops the running nodes' lease rows; set OUTBOXER_KNOWN_BROKEN=1 to run")
+	}
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := context.Background()
+		rec := &recorder{}
+		a := attackInstance(t, db, "a", 8, 2*time.Second, rec)
+		run(t, a)
+		heldBy(t, []*core.Outboxer{a}, []int{8}, 30*time.Second)
+		b := attackInstance(t, db, "b", 4, 2*time.Second, rec)
+		runCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() { errc <- b.Run(runCtx) }()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, core.ErrRepartitioned) {
+				t.Fatalf("the node with 4 partitions: Run = %v, want ErrRepartitioned or to run", err)
+			}
+			return // refused: the promise holds
+		case <-time.After(3 * time.Second):
+		}
+		defer func() { cancel(); <-errc }()
+		// It runs: then the running node must still hold all its 8 partitions' leases and
+		// deliver what it publishes into partitions 4 to 7.
+		st, err := a.Status(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st) != 8 {
+			t.Errorf("the running node with 8 partitions sees %d lease rows after a 4-partition node started: the newcomer dropped the others", len(st))
+		}
+		pub := publish(t, a, db.DB, groups(80, 40)...)
+		pub = append(pub, publish(t, b, db.DB, groups(80, 40)...)...)
+		deadline := time.Now().Add(10 * time.Second)
+		for counts(t, a, "orders").Pending > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if p := counts(t, a, "orders").Pending; p > 0 {
+			t.Errorf("%d messages never delivered with nodes of 8 and 4 partitions", p)
+		}
+		byGroup := map[string]map[int]bool{}
+		for _, e := range pub {
+			if byGroup[e.GroupKey] == nil {
+				byGroup[e.GroupKey] = map[int]bool{}
+			}
+			byGroup[e.GroupKey][e.Partition] = true
+		}
+		split := 0
+		for _, parts := range byGroup {
+			if len(parts) > 1 {
+				split++
+			}
+		}
+		if split > 0 {
+			t.Errorf("%d of 40 groups split over two partitions by nodes with different Partitions", split)
+		}
 	})
 }
