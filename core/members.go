@@ -343,6 +343,6 @@ func (o *Outboxer) announce(ctx context.Context, ob *box) {
 }
 
 // Owner returns the name this instance holds partition leases under and heartbeats as
-// a relay node: Config.Name (its first 160 characters), then "@", host, process ID and a
-// random suffix, as in "billing@host-1/4711/9f3a0c2e". Health lists nodes and lease owners by it.
+// a relay node: Config.Name (its first 160 characters, control characters as "_"), then
+// "@", host, process ID and a random suffix, as in "billing@host-1/4711/9f3a0c2e". Health lists nodes and lease owners by it.
 func (o *Outboxer) Owner() string { return o.owner }

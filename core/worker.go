@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/outboxer-go/outboxer/core/internal/dialect"
 )
@@ -88,9 +90,16 @@ func newOwner(name string) string {
 	_, _ = rand.Read(b)
 	// The name is cut to ownerNameRunes runes: the owner columns hold 255 characters on
 	// MySQL, and a longer owner could neither take a lease nor heartbeat there.
+	// Control characters (a newline, a tab) become "_": tools print owners in tables.
 	if r := []rune(name); len(r) > ownerNameRunes {
 		name = string(r[:ownerNameRunes])
 	}
+	name = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '_'
+		}
+		return r
+	}, name)
 	return fmt.Sprintf("%s@%s/%d/%s", name, host, os.Getpid(), hex.EncodeToString(b))
 }
 

@@ -438,3 +438,21 @@ func TestNodesPartitionsDriftOnEmptyBacklog(t *testing.T) {
 		}
 	})
 }
+
+// A Config.Name with a newline or a tab would forge lines and columns in the node table
+// of `outboxer status`, which prints owners as they are: the owner keeps the name's
+// printable characters and replaces the control characters, and Health lists it.
+func TestNodesNameWithControlCharacters(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		ob := attackInstance(t, db, "evil\norders\tforged@host/1/00000000\t0\t4\r\x1b[2J", 4, 2*time.Second, &recorder{})
+		owner := ob.Owner()
+		if strings.ContainsFunc(owner, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			t.Fatalf("owner %q contains control characters", owner)
+		}
+		if !strings.HasPrefix(owner, "evil") || !strings.Contains(owner, "forged") {
+			t.Errorf("owner %q does not keep the name's printable characters", owner)
+		}
+		run(t, ob)
+		eventually(t, 30*time.Second, "the node holds its 4 partitions", holds(t, ob, owner, 4))
+	})
+}
