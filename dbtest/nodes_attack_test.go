@@ -456,3 +456,36 @@ func TestNodesNameWithControlCharacters(t *testing.T) {
 		eventually(t, 30*time.Second, "the node holds its 4 partitions", holds(t, ob, owner, 4))
 	})
 }
+
+// With more nodes than partitions, a node joining adds nothing: every partition already
+// has a holder. The promise "partitions move only when they must" says no lease moves.
+//
+// Proven broken (issue 19): the share-out deals the partitions to the nodes in name
+// order, so a newcomer whose name sorts first takes a partition from the last node (one
+// needless hand-off, with its pause, per such join). Fixing it needs an order every node
+// agrees on that favours the nodes already there (a join time in the nodes table): a
+// schema change, not made here. Skipped until then.
+func TestNodesStandbyJoinMovesNothing(t *testing.T) {
+	if os.Getenv("OUTBOXER_KNOWN_BROKEN") == "" {
+		t.Skip("known broken, issue 19: a node whose name sorts first takes a partition when it joins, even as a standby; set OUTBOXER_KNOWN_BROKEN=1 to run")
+	}
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		rec := &recorder{}
+		var obs []*core.Outboxer
+		for _, name := range []string{"b", "c", "d", "e"} {
+			ob := attackInstance(t, db, name, 4, 2*time.Second, rec)
+			obs = append(obs, ob)
+			run(t, ob)
+		}
+		heldBy(t, obs, []int{1, 1, 1, 1}, 30*time.Second)
+		before := leaseTokens(t, obs[0])
+		a := attackInstance(t, db, "a", 4, 2*time.Second, rec)
+		run(t, a)
+		eventually(t, 30*time.Second, "the newcomer is live", func() bool { _, ok := nodeOf(t, obs[0], a.Owner()); return ok })
+		time.Sleep(2 * time.Second)
+		if after := leaseTokens(t, obs[0]); after != before {
+			h, _ := holdings(t, obs[0])
+			t.Errorf("a standby joining moved %d leases (holdings %v)", after-before, h)
+		}
+	})
+}
