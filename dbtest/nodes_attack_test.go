@@ -489,3 +489,34 @@ func TestNodesStandbyJoinMovesNothing(t *testing.T) {
 		}
 	})
 }
+
+// Two nodes on tables migrated before nodes shared partitions (no nodes table): both take
+// what they can, as before; every partition is held, every message delivered once and in
+// order, and when one stops the other takes everything.
+func TestNodesWithoutNodesTable(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		rec := &recorder{}
+		a := attackInstance(t, db, "a", 8, 2*time.Second, rec)
+		b := attackInstance(t, db, "b", 8, 2*time.Second, rec)
+		if _, err := db.ExecContext(context.Background(), `DROP TABLE outboxer_messages_nodes`); err != nil {
+			t.Fatal(err)
+		}
+		stopA := run(t, a)
+		run(t, b)
+		allHeld := func() bool { _, all := holdings(t, a); return all }
+		eventually(t, 30*time.Second, "every partition held", allHeld)
+		pub := publish(t, a, db.DB, groups(200, 40)...)
+		time.Sleep(50 * time.Millisecond)
+		stopA()
+		pub = append(pub, publish(t, b, db.DB, groups(200, 40)...)...)
+		eventually(t, 30*time.Second, "every message confirmed", func() bool { return counts(t, b, "orders").Pending == 0 })
+		h, err := b.Health(context.Background(), "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if oh := h.Outboxes[0]; oh.Owners[b.Owner()] != 8 || len(oh.Unowned) != 0 {
+			t.Errorf("after a stopped: owners %v, unowned %v; want b holding all 8", oh.Owners, oh.Unowned)
+		}
+		ordered(t, pub, rec)
+	})
+}
