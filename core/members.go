@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxer-go/outboxer/core/internal/dialect"
@@ -141,11 +142,23 @@ func (o *Outboxer) readEvery() time.Duration {
 func (o *Outboxer) members(done, stop context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
-	var beat time.Time           // when this node last heartbeat
-	failing := map[string]bool{} // outboxes whose last heartbeat or read failed (logged once)
+	// Each outbox heartbeats on its own: one whose heartbeat hangs (its row locked by
+	// someone else's transaction, say) skips its turns until it returns, and does not
+	// delay the others past their expiry.
+	type member struct {
+		busy    atomic.Bool
+		beat    time.Time // when this node last heartbeat into the outbox
+		failing bool      // its last heartbeat or read failed (logged once)
+	}
+	state := map[string]*member{}
+	for _, name := range o.Outboxes() {
+		state[name] = &member{}
+	}
+	var wg sync.WaitGroup
 	for {
 		select {
 		case <-stop.Done():
+			wg.Wait()
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(stop), 5*time.Second)
 			o.leave(ctx)
 			cancel()
@@ -165,20 +178,27 @@ func (o *Outboxer) members(done, stop context.Context) {
 				}
 			}
 		}
-		write := time.Since(beat) >= o.heartbeatEvery()-o.readEvery()/2
-		if write {
-			beat = time.Now()
-		}
 		for _, name := range o.Outboxes() {
-			err := o.heartbeat(stop, o.outboxes[name], write)
-			switch {
-			case err != nil && stop.Err() == nil && !failing[name]:
-				o.cfg.Logger.Warn("outboxer: heartbeat failed; this node's share is kept until it succeeds", "outbox", name, "err", err)
-				failing[name] = true
-			case err == nil && failing[name]:
-				o.cfg.Logger.Info("outboxer: heartbeat succeeds again", "outbox", name)
-				failing[name] = false
+			m := state[name]
+			if !m.busy.CompareAndSwap(false, true) {
+				continue
 			}
+			wg.Go(func() {
+				defer m.busy.Store(false)
+				write := time.Since(m.beat) >= o.heartbeatEvery()-o.readEvery()/2
+				if write {
+					m.beat = time.Now()
+				}
+				err := o.heartbeat(stop, o.outboxes[name], write)
+				switch {
+				case err != nil && stop.Err() == nil && !m.failing:
+					o.cfg.Logger.Warn("outboxer: heartbeat failed; this node's share is kept until it succeeds", "outbox", name, "err", err)
+					m.failing = true
+				case err == nil && m.failing:
+					o.cfg.Logger.Info("outboxer: heartbeat succeeds again", "outbox", name)
+					m.failing = false
+				}
+			})
 		}
 		t.Reset(o.readEvery())
 	}
