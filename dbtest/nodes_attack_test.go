@@ -82,27 +82,36 @@ func groups(n, g int) []core.Message {
 	return msgs
 }
 
+// runShared makes an instance per name (each with its own recorder), runs them, waits
+// until they hold want partitions each, publishes n messages over g groups and checks that
+// each was delivered exactly once and in order.
+func runShared(t *testing.T, db *dbtest.DB, names []string, parts int, want []int, n, g int) ([]*core.Outboxer, []*recorder) {
+	t.Helper()
+	var obs []*core.Outboxer
+	var recs []*recorder
+	for _, name := range names {
+		r := &recorder{}
+		recs = append(recs, r)
+		obs = append(obs, attackInstance(t, db, name, parts, 2*time.Second, r))
+	}
+	for _, ob := range obs {
+		run(t, ob)
+	}
+	heldBy(t, obs, want, 30*time.Second)
+	pub := publish(t, obs[0], db.DB, groups(n, g)...)
+	eventually(t, 30*time.Second, "every message confirmed", func() bool { return counts(t, obs[0], "orders").Pending == 0 })
+	exactlyOnceInOrder(t, pub, recs...)
+	return obs, recs
+}
+
 // Several instances of one Config.Name in one process (same host, same process ID) are
 // distinct nodes and share the partitions 4/4/4.
 func TestNodesSameNameInOneProcess(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
-		var obs []*core.Outboxer
-		var recs []*recorder
-		for range 3 {
-			r := &recorder{}
-			recs = append(recs, r)
-			obs = append(obs, attackInstance(t, db, "billing", 12, 2*time.Second, r))
-		}
+		obs, recs := runShared(t, db, []string{"billing", "billing", "billing"}, 12, []int{4, 4, 4}, 240, 240)
 		if obs[0].Owner() == obs[1].Owner() || obs[1].Owner() == obs[2].Owner() || obs[0].Owner() == obs[2].Owner() {
 			t.Fatalf("owners %q %q %q: want distinct", obs[0].Owner(), obs[1].Owner(), obs[2].Owner())
 		}
-		for _, ob := range obs {
-			run(t, ob)
-		}
-		heldBy(t, obs, []int{4, 4, 4}, 30*time.Second)
-		pub := publish(t, obs[0], db.DB, groups(240, 240)...)
-		eventually(t, 30*time.Second, "every message confirmed", func() bool { return counts(t, obs[0], "orders").Pending == 0 })
-		exactlyOnceInOrder(t, pub, recs...)
 		for i, r := range recs {
 			if len(r.Delivered()) == 0 {
 				t.Errorf("instance %d delivered nothing", i)
@@ -120,20 +129,7 @@ func TestNodesHostileNames(t *testing.T) {
 		" ",
 	}
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
-		var obs []*core.Outboxer
-		var recs []*recorder
-		for _, name := range names {
-			r := &recorder{}
-			recs = append(recs, r)
-			obs = append(obs, attackInstance(t, db, name, 6, 2*time.Second, r))
-		}
-		for _, ob := range obs {
-			run(t, ob)
-		}
-		heldBy(t, obs, []int{2, 2, 2}, 30*time.Second)
-		pub := publish(t, obs[0], db.DB, groups(120, 12)...)
-		eventually(t, 30*time.Second, "every message confirmed", func() bool { return counts(t, obs[0], "orders").Pending == 0 })
-		exactlyOnceInOrder(t, pub, recs...)
+		runShared(t, db, names, 6, []int{2, 2, 2}, 120, 12)
 	})
 }
 
