@@ -243,9 +243,12 @@ type Config struct {
 	// vacuums every 30 s only when the server's autovacuum is off, and leaves it to
 	// autovacuum otherwise; a negative value never vacuums.
 	VacuumInterval time.Duration
-	// AllowRepartition starts even when pending messages sit in partitions the current
-	// Partitions does not match. Order across the change is then not guaranteed, and
-	// messages in partitions beyond the count are moved into range.
+	// AllowRepartition lets Run change an outbox's partition count on a live backlog, or
+	// while relays with the old count still hold partitions (a rolling deploy). Pending
+	// messages are then moved to their group's partition among the new count, and order
+	// across the change is not guaranteed. Without it, Run changes the count only when
+	// no relay holds a partition of the outbox and nothing is pending, and is refused
+	// with ErrRepartitioned otherwise.
 	AllowRepartition bool
 }
 
@@ -258,7 +261,14 @@ type OutboxConfig struct {
 	// Ordering of the outbox. Default OrderGroup.
 	Ordering Ordering
 	// Partitions: how many workers deliver concurrently; a group always lands in the same
-	// partition. Do not change it on a live backlog. Default 1; OrderTotal needs 1.
+	// partition. Default 1; OrderTotal needs 1.
+	//
+	// The count is recorded in the database by the relays (their lease rows), and it is
+	// the one every node uses: a publish places messages among the recorded count, read
+	// on the instance's first publish to the outbox and again every few seconds, whatever
+	// this field says (it counts only until a relay has run). A Run with another count
+	// changes the record only when no relay holds a partition and nothing is pending
+	// (see AllowRepartition); it then waits a few seconds for publishers to read it.
 	Partitions int
 	// BatchSize: most messages fetched and handed to the relay at once. Default 100.
 	BatchSize int

@@ -149,6 +149,20 @@ func (o *Outboxer) publishAll(ctx context.Context, db Executor, msgs []Message, 
 	if o.cfg.RequireTransaction && !tx {
 		return nil, fmt.Errorf("%w: %T is not a transaction (RequireTransaction is set)", ErrNotInTransaction, db)
 	}
+	// Every message goes into a partition among the count its outbox's relays run with.
+	var last *box
+	n := 0
+	for i := range rows {
+		r := &rows[i]
+		if r.ob != last {
+			var err error
+			if n, err = o.partitionsFor(ctx, db, r.ob); err != nil {
+				return nil, err
+			}
+			last = r.ob
+		}
+		r.env.Partition = o.place(r.ob, n, r.env.GroupKey)
+	}
 	room := 0 // bytes a statement may hold; 0: no limit
 	if o.kind == dialect.MySQL {
 		var err error
@@ -289,21 +303,7 @@ func (o *Outboxer) prepare(m Message, po *publishOptions, env *Envelope) (row, e
 		delay = time.Until(po.available)
 	}
 	r.delay = max(delay, 0).Microseconds()
-	r.env.Partition = o.partition(ob, env.GroupKey)
 	return r, nil
-}
-
-// partition places a message: by a stable hash of its group key, or spread round-robin
-// when it has none (or the outbox keeps no order).
-func (o *Outboxer) partition(ob *box, key string) int {
-	n := ob.cfg.Partitions
-	if n == 1 {
-		return 0
-	}
-	if key == "" || ob.cfg.Ordering == OrderNone {
-		return int(o.rr.Add(1) % uint64(n))
-	}
-	return PartitionFor(key, n)
 }
 
 // PartitionFor is the partition of a group key among n: FNV-1a of the key, modulo n. It

@@ -64,6 +64,11 @@ type SQL struct {
 	Promote, NextDue string
 	// LockLeases locks the lease rows of an outbox (not SQLite: it has one writer).
 	LockLeases string
+	// LiveLeases counts the lease rows of an outbox held by some owner and not run out.
+	// Placement reads id, group_key and part of an outbox's pending rows; Strays those
+	// of its pending rows in partitions at or beyond a count, oldest first, at most a
+	// thousand.
+	LiveLeases, Placement, Strays string
 
 	// inserts caches the INSERT statements of up to cachedRows rows: a publish builds
 	// none of its SQL text, and PostgreSQL drivers find their prepared statement by it.
@@ -128,6 +133,10 @@ func New(kind Kind, schema, table string) *SQL {
 	s.PartitionsInUse = s.p(`SELECT DISTINCT part FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates + ` AND part >= ?`)
 	s.MovePartitions = s.p(`UPDATE ` + s.Messages + ` SET part = MOD(part, ?) WHERE outbox = ? AND state IN ` + PendingStates + ` AND part >= ?`)
 	s.LockLeases = s.p(`SELECT part FROM ` + s.Leases + ` WHERE outbox = ? ORDER BY part FOR UPDATE`)
+	s.LiveLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND owner <> '' AND expires_at > ` + now)
+	s.Placement = s.p(`SELECT id, group_key, part FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates)
+	s.Strays = s.p(`SELECT id, group_key, part FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates +
+		` AND part >= ? ORDER BY id LIMIT 1000`)
 	s.Promote = s.p(`UPDATE ` + s.Messages + ` SET state = ` + strconv.Itoa(Ready) + ` WHERE outbox = ? AND state = ` + strconv.Itoa(Waiting) +
 		` AND part = ? AND available_at <= ` + now)
 	s.NextDue = s.p(`SELECT ` + s.micros(`MIN(available_at)`) + ` - ` + s.micros(now) + ` FROM ` + s.Messages +
@@ -560,6 +569,31 @@ func (s *SQL) RetryDeadIDs(outbox string, ids []int64) (string, []any) {
 	cond, args := s.IDList(ids)
 	return s.p(s.updateByID() + ` SET state = 0, attempts = 0, available_at = ` + s.Now() +
 		` WHERE outbox = ? AND state = 2 AND ` + cond), append([]any{outbox}, args...)
+}
+
+// DeadPlacement returns the query for id, group_key and part of the dead messages of an
+// outbox: those of ids, or all of them when ids is empty.
+func (s *SQL) DeadPlacement(outbox string, ids []int64) (string, []any) {
+	q := `SELECT id, group_key, part FROM ` + s.Messages + ` WHERE outbox = ? AND state = 2`
+	if len(ids) == 0 {
+		return s.p(q), []any{outbox}
+	}
+	cond, args := s.IDList(ids)
+	return s.p(q + ` AND ` + cond), append([]any{outbox}, args...)
+}
+
+// MovePending moves pending messages of an outbox, by ID, into partition part.
+func (s *SQL) MovePending(outbox string, part int, ids []int64) (string, []any) {
+	cond, args := s.IDList(ids)
+	return s.p(s.updateByID() + ` SET part = ? WHERE outbox = ? AND state IN ` + PendingStates + ` AND ` + cond),
+		append([]any{part, outbox}, args...)
+}
+
+// RetryDeadInto revives dead messages of an outbox by ID into partition part.
+func (s *SQL) RetryDeadInto(outbox string, part int, ids []int64) (string, []any) {
+	cond, args := s.IDList(ids)
+	return s.p(s.updateByID() + ` SET state = 0, attempts = 0, available_at = ` + s.Now() + `, part = ?` +
+		` WHERE outbox = ? AND state = 2 AND ` + cond), append([]any{part, outbox}, args...)
 }
 
 // Up returns the statements that create the tables and indexes, idempotently.
