@@ -300,15 +300,25 @@ func (o *Outboxer) ensureLeases(ctx context.Context, ob *box, paused, forRun boo
 	if forRun {
 		token = 0
 	}
+	// One transaction: publishers read the partition count from these rows, and must
+	// never see some of them only.
+	tx, err := o.cfg.DB.BeginTx(ctx, o.txOptions())
+	if err != nil {
+		return fmt.Errorf("outboxer: create leases of %q: %w", ob.name, err)
+	}
+	defer tx.Rollback()
 	for p := range ob.cfg.Partitions {
-		if _, err := o.cfg.DB.ExecContext(ctx, ob.sql.EnsureLease, ob.name, p, token, paused); err != nil {
+		if _, err := tx.ExecContext(ctx, ob.sql.EnsureLease, ob.name, p, token, paused); err != nil {
 			return fmt.Errorf("outboxer: create lease of %q partition %d: %w", ob.name, p, err)
 		}
 	}
 	if forRun {
-		if _, err := o.cfg.DB.ExecContext(ctx, ob.sql.ClaimLeases, ob.name, ob.cfg.Partitions); err != nil {
+		if _, err := tx.ExecContext(ctx, ob.sql.ClaimLeases, ob.name, ob.cfg.Partitions); err != nil {
 			return fmt.Errorf("outboxer: claim leases of %q: %w", ob.name, err)
 		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("outboxer: create leases of %q: %w", ob.name, err)
 	}
 	return nil
 }

@@ -212,6 +212,10 @@ type Config struct {
 	// publishing transaction commits, on whichever node it runs, instead of waiting for the
 	// next poll. It needs the pgx driver (github.com/jackc/pgx/v5/stdlib) and uses one
 	// extra connection per instance.
+	//
+	// The relays record in the database whether they listen, and every instance that
+	// publishes into the outbox then notifies at commit, whatever its own Notify says:
+	// publish-only nodes need not set it (see Partitions for when they read it).
 	Notify bool
 	// PublishOnly instances deliver nothing: Run starts nothing and the outboxes need no
 	// Relay. Use it on nodes that only publish (the reference's relay: false).
@@ -243,7 +247,8 @@ type Config struct {
 	// vacuums every 30 s only when the server's autovacuum is off, and leaves it to
 	// autovacuum otherwise; a negative value never vacuums.
 	VacuumInterval time.Duration
-	// AllowRepartition lets Run change an outbox's partition count on a live backlog, or
+	// AllowRepartition lets Run change an outbox's partition count (or its ordering) on a
+	// live backlog, or
 	// while relays with the old count still hold partitions (a rolling deploy). Pending
 	// messages are then moved to their group's partition among the new count, and order
 	// across the change is not guaranteed. Without it, Run changes the count only when
@@ -258,7 +263,10 @@ type OutboxConfig struct {
 	Relay Relay
 	// Table holding the outbox's messages; Config.Table when empty.
 	Table string
-	// Ordering of the outbox. Default OrderGroup.
+	// Ordering of the outbox. Default OrderGroup. Like Partitions, it is recorded in the
+	// database by the relays and publishers place messages by the recorded one; a Run with
+	// another is refused with ErrShapeMismatch while relays with the recorded one hold
+	// partitions or messages are pending (unless AllowRepartition is set).
 	Ordering Ordering
 	// Partitions: how many workers deliver concurrently; a group always lands in the same
 	// partition. Default 1; OrderTotal needs 1.

@@ -80,7 +80,8 @@ type row struct {
 	env     *Envelope
 	headers any // JSON text or nil
 	delay   int64
-	size    int // bytes in a statement, an upper bound (MySQL only)
+	size    int  // bytes in a statement, an upper bound (MySQL only)
+	notify  bool // the relays of its outbox listen for notifications
 }
 
 // Publish writes msg into its outbox through db and returns the stored envelope.
@@ -151,17 +152,18 @@ func (o *Outboxer) publishAll(ctx context.Context, db Executor, msgs []Message, 
 	}
 	// Every message goes into a partition among the count its outbox's relays run with.
 	var last *box
-	n := 0
+	var pl *placement
 	for i := range rows {
 		r := &rows[i]
 		if r.ob != last {
 			var err error
-			if n, err = o.partitionsFor(ctx, db, r.ob); err != nil {
+			if pl, err = o.shapeFor(ctx, db, r.ob); err != nil {
 				return nil, err
 			}
 			last = r.ob
 		}
-		r.env.Partition = o.place(r.ob, n, r.env.GroupKey)
+		r.env.Partition = o.place(pl, r.env.GroupKey)
+		r.notify = pl.notify
 	}
 	room := 0 // bytes a statement may hold; 0: no limit
 	if o.kind == dialect.MySQL {
@@ -382,10 +384,11 @@ func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {
 		return o.insertSQLite(ctx, db, rows)
 	}
 	s := rows[0].ob.sql
-	notify := o.cfg.Notify
+	notify := false
 	delayed := false
 	for _, r := range rows {
 		delayed = delayed || r.delay > 0
+		notify = notify || r.notify
 	}
 	q := s.Insert(len(rows), delayed, notify)
 	args := make([]any, 0, len(rows)*7+2)

@@ -2,91 +2,157 @@ package core
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/outboxer-go/outboxer/core/internal/dialect"
 )
 
-// The partition count is what every node sharing an outbox must agree on: a group's
-// messages must all sit in the partition its key hashes to among the count the relays
-// deliver, or two workers deliver one group at once. The database records it: a run
+// An outbox's shape is what every node sharing it must agree on, and the database records
+// it. The partition count: a group's messages must all sit in the partition its key hashes
+// to among the count the relays deliver, or two workers deliver one group at once; a run
 // makes one lease row per partition, and the rows a run made are the count (CountLeases).
+// The ordering (placement by group hash or round-robin, and whether a failure holds its
+// group) and whether the relays listen for notifications: the lease table's shape row
+// (part dialect.ShapePart), its owner column holding "ordering=group notify=true".
 //
-//   - Publishers (PublishOnly or not) place messages among the recorded count, whatever
-//     their own Partitions says; they read it on their first publish to an outbox and
-//     again when what they read is older than shapeRefresh. Before any relay ran they use
-//     their own count; the first run moves what they wrote to where it belongs.
-//   - A run whose Partitions differs from the recorded count changes it only when no
+//   - Publishers (PublishOnly or not) place messages by the recorded shape, whatever their
+//     own configuration says, and notify when the relays listen; they read it on their
+//     first publish to an outbox and again when what they read is older than
+//     shapeRefresh. Before any relay ran they use their own; the first run moves what
+//     they wrote to where it belongs, before anything is delivered.
+//   - A run whose Partitions or Ordering differs from the record changes it only when no
 //     relay holds a partition of the outbox and nothing is pending, or with
-//     AllowRepartition; otherwise it is refused with ErrRepartitioned naming both counts.
-//     After a change it waits until every publisher has read the new count, then moves
-//     what was published with the old one.
+//     AllowRepartition; otherwise it is refused with ErrRepartitioned or ErrShapeMismatch
+//     naming both values. After a count change it waits until every publisher has read
+//     the new count, then moves what was published with the old one.
 //   - Nothing is left where no worker delivers it: RetryDead revives a dead message into
 //     its group's partition among the recorded count, and every running relay moves
 //     messages that sit beyond its count (written by an older version, or by a
 //     transaction open across a change) into range.
 
-// shapeRefresh is how long a publisher trusts the partition count it read.
+// shapeRefresh is how long a publisher trusts the shape it read.
 const shapeRefresh = 2 * time.Second
 
-// placement is the partition count a publisher places an outbox's messages among.
+// placement is what a publisher places an outbox's messages by: the partition count, the
+// ordering and whether the relays listen for notifications.
 type placement struct {
-	n  int       // partitions
-	at time.Time // when it was read
+	n        int       // partitions
+	ordering Ordering  // the relays' ordering, or this instance's when none is recorded
+	notify   bool      // the relays listen: notify them at commit (PostgreSQL)
+	at       time.Time // when it was read
 }
 
-// partitionsFor returns the partition count to place the messages of ob among: the one
-// the relays recorded, or this instance's own when none has run yet. It reads it through
-// db, the publishing handle (no other connection is needed, however small the pool), and
-// keeps it for shapeRefresh.
-func (o *Outboxer) partitionsFor(ctx context.Context, db Executor, ob *box) (int, error) {
+// shapeFor returns what to place the messages of ob by: the partition count, ordering and
+// notification the relays recorded, or this instance's own where nothing is recorded yet.
+// It reads them through db, the publishing handle (no other connection is needed, however
+// small the pool), and keeps them for shapeRefresh.
+func (o *Outboxer) shapeFor(ctx context.Context, db Executor, ob *box) (*placement, error) {
 	if p := ob.placed.Load(); p != nil && time.Since(p.at) < shapeRefresh {
-		return p.n, nil
+		return p, nil
 	}
 	at := time.Now()
-	var known int
-	err := queryRows(ctx, db, ob.sql.CountLeases, []any{ob.name}, func(scan func(...any) error) error { return scan(&known) })
+	var (
+		known int
+		text  sql.NullString
+	)
+	err := queryRows(ctx, db, ob.sql.ReadShape, []any{ob.name, ob.name}, func(scan func(...any) error) error { return scan(&known, &text) })
 	if err != nil {
 		if errors.Is(err, ErrInvalidExecutor) {
-			return 0, err
+			return nil, err
 		}
 		if nm := notMigrated(ob.sql.Leases, err); nm != nil {
-			return 0, nm
+			return nil, nm
 		}
-		return 0, fmt.Errorf("outboxer: publish: read the partition count of %q: %w", ob.name, err)
+		return nil, fmt.Errorf("outboxer: publish: read the shape of %q: %w", ob.name, err)
 	}
-	n := ob.cfg.Partitions
+	p := &placement{n: ob.cfg.Partitions, ordering: ob.cfg.Ordering, notify: o.cfg.Notify, at: at}
 	if known > 0 {
-		n = known
+		p.n = known
 	}
-	old := ob.placed.Swap(&placement{n: n, at: at})
-	if n != ob.cfg.Partitions && (old == nil || old.n != n) {
+	if sh, ok := parseShape(text.String); ok && text.Valid {
+		p.ordering = sh.ordering
+		p.notify = p.notify || (sh.notify && o.kind == dialect.Postgres)
+	}
+	old := ob.placed.Swap(p)
+	if p.n != ob.cfg.Partitions && (old == nil || old.n != p.n) {
 		o.cfg.Logger.Warn("outboxer: the relays of this outbox run with another partition count; publishing with theirs",
-			"outboxer", o.cfg.Name, "outbox", ob.name, "configured", ob.cfg.Partitions, "recorded", n)
+			"outboxer", o.cfg.Name, "outbox", ob.name, "configured", ob.cfg.Partitions, "recorded", p.n)
 	}
-	return n, nil
+	if p.ordering != ob.cfg.Ordering && (old == nil || old.ordering != p.ordering) {
+		o.cfg.Logger.Warn("outboxer: the relays of this outbox run with another ordering; publishing with theirs",
+			"outboxer", o.cfg.Name, "outbox", ob.name, "configured", ob.cfg.Ordering, "recorded", p.ordering)
+	}
+	if p.notify && !o.cfg.Notify && (old == nil || !old.notify) {
+		o.cfg.Logger.Info("outboxer: the relays of this outbox listen for notifications; publishing with Notify",
+			"outboxer", o.cfg.Name, "outbox", ob.name)
+	}
+	return p, nil
 }
 
-// place picks the partition of a new message among n: by a stable hash of its group key,
-// or round-robin when it has none (or the outbox keeps no order).
-func (o *Outboxer) place(ob *box, n int, key string) int {
-	if n == 1 {
+// shape is what the shape row records.
+type shape struct {
+	ordering Ordering
+	notify   bool
+}
+
+// String is the text the shape row holds: "ordering=group notify=true".
+func (s shape) String() string {
+	return "ordering=" + s.ordering.String() + " notify=" + strconv.FormatBool(s.notify)
+}
+
+// parseShape reads a shape row's text; ok is false when it is not one.
+func parseShape(text string) (s shape, ok bool) {
+	seen := 0
+	for _, f := range strings.Fields(text) {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "ordering":
+			switch v {
+			case "group":
+				s.ordering = OrderGroup
+			case "total":
+				s.ordering = OrderTotal
+			case "none":
+				s.ordering = OrderNone
+			default:
+				return shape{}, false
+			}
+			seen++
+		case "notify":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return shape{}, false
+			}
+			s.notify = b
+			seen++
+		}
+	}
+	return s, seen == 2
+}
+
+// place picks the partition of a new message among p.n: by a stable hash of its group
+// key, or round-robin when it has none (or the outbox keeps no order).
+func (o *Outboxer) place(p *placement, key string) int {
+	if p.n == 1 {
 		return 0
 	}
-	if key == "" || ob.cfg.Ordering == OrderNone {
-		return int(o.rr.Add(1) % uint64(n))
+	if key == "" || p.ordering == OrderNone {
+		return int(o.rr.Add(1) % uint64(p.n))
 	}
-	return PartitionFor(key, n)
+	return PartitionFor(key, p.n)
 }
 
 // home is where a stored message belongs among n partitions: its group's partition when
-// it is ordered by group; where it is when that is in range; otherwise spread by ID.
-func (ob *box) home(n int, id int64, key string, part int) int {
-	if ob.cfg.Ordering == OrderGroup && key != "" {
+// the outbox is ordered by group; where it is when that is in range; otherwise spread by ID.
+func home(n int, ordering Ordering, id int64, key string, part int) int {
+	if ordering == OrderGroup && key != "" {
 		return PartitionFor(key, n)
 	}
 	if part >= 0 && part < n {
@@ -110,7 +176,7 @@ func (o *Outboxer) homes(ctx context.Context, db Executor, ob *box, n int, q str
 			return err
 		}
 		read++
-		if to := ob.home(n, id, key, part); to != part {
+		if to := home(n, ob.cfg.Ordering, id, key, part); to != part {
 			moves[to] = append(moves[to], id)
 		}
 		return nil
@@ -187,9 +253,13 @@ func (o *Outboxer) sweep(ctx context.Context) {
 	}
 }
 
-// checkPartitions makes the recorded partition count of ob agree with the configuration
-// before a run (or a Drain), or refuses with ErrRepartitioned.
+// checkPartitions makes the recorded shape of ob (checkShape) and its partition count
+// agree with the configuration before a run (or a Drain), or refuses with
+// ErrShapeMismatch or ErrRepartitioned.
 func (o *Outboxer) checkPartitions(ctx context.Context, ob *box) error {
+	if err := o.checkShape(ctx, ob); err != nil {
+		return err
+	}
 	n := ob.cfg.Partitions
 	var known int
 	if err := o.cfg.DB.QueryRowContext(ctx, ob.sql.CountLeases, ob.name).Scan(&known); err != nil {
@@ -245,37 +315,21 @@ func (o *Outboxer) changePartitions(ctx context.Context, ob *box, known, n int) 
 		return fmt.Errorf("outboxer: change partitions of %q: %w", ob.name, err)
 	}
 	defer tx.Rollback()
-	if o.kind != dialect.SQLite {
-		if err := queryRows(ctx, tx, s.LockLeases, []any{ob.name}, func(func(...any) error) error { return nil }); err != nil {
-			return fmt.Errorf("outboxer: change partitions of %q: lock leases: %w", ob.name, err)
-		}
+	if err := o.lockLeases(ctx, tx, ob); err != nil {
+		return fmt.Errorf("outboxer: change partitions of %q: %w", ob.name, err)
 	}
-	var live, paused int
-	var pending int64
+	var paused int
 	if err := tx.QueryRowContext(ctx, s.CountLeases, ob.name).Scan(&known); err != nil {
 		return fmt.Errorf("outboxer: change partitions of %q: %w", ob.name, err)
 	}
 	if known == n {
 		return nil // another node changed it meanwhile
 	}
-	if err := tx.QueryRowContext(ctx, s.LiveLeases, ob.name).Scan(&live); err != nil {
+	live, pending, err := o.inUse(ctx, tx, ob)
+	if err != nil {
 		return fmt.Errorf("outboxer: change partitions of %q: %w", ob.name, err)
 	}
 	if err := tx.QueryRowContext(ctx, s.AnyPaused, ob.name).Scan(&paused); err != nil {
-		return fmt.Errorf("outboxer: change partitions of %q: %w", ob.name, err)
-	}
-	err = queryRows(ctx, tx, s.Counts, []any{ob.name}, func(scan func(...any) error) error {
-		var state int
-		var c int64
-		if err := scan(&state, &c); err != nil {
-			return err
-		}
-		if storedState(state) == Pending {
-			pending += c
-		}
-		return nil
-	})
-	if err != nil {
 		return fmt.Errorf("outboxer: change partitions of %q: %w", ob.name, err)
 	}
 	if !o.cfg.AllowRepartition {
@@ -311,8 +365,103 @@ func (o *Outboxer) changePartitions(ctx context.Context, ob *box, known, n int) 
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("outboxer: change partitions of %q: commit: %w", ob.name, err)
 	}
-	ob.placed.Store(&placement{n: n, at: time.Now()})
+	ob.placed.Store(nil) // read again on the next publish
 	o.cfg.Logger.Info("outboxer: partition count changed", "outbox", ob.name, "partitions", n, "was", known)
+	return nil
+}
+
+// inUse counts, in tx, the partitions of ob held by a running relay and its pending messages.
+func (o *Outboxer) inUse(ctx context.Context, tx *sql.Tx, ob *box) (live int, pending int64, err error) {
+	if err := tx.QueryRowContext(ctx, ob.sql.LiveLeases, ob.name).Scan(&live); err != nil {
+		return 0, 0, err
+	}
+	err = queryRows(ctx, tx, ob.sql.Counts, []any{ob.name}, func(scan func(...any) error) error {
+		var state int
+		var c int64
+		if err := scan(&state, &c); err != nil {
+			return err
+		}
+		if storedState(state) == Pending {
+			pending += c
+		}
+		return nil
+	})
+	return live, pending, err
+}
+
+// lockLeases locks the lease rows of ob in tx (not on SQLite: it has one writer).
+func (o *Outboxer) lockLeases(ctx context.Context, tx *sql.Tx, ob *box) error {
+	if o.kind == dialect.SQLite {
+		return nil
+	}
+	if err := queryRows(ctx, tx, ob.sql.LockLeases, []any{ob.name}, func(func(...any) error) error { return nil }); err != nil {
+		return fmt.Errorf("lock leases: %w", err)
+	}
+	return nil
+}
+
+// checkShape makes the ordering and the notification recorded for ob agree with the
+// configuration, or refuses. The first run records them. A run with another ordering
+// changes it only when no relay holds a partition and nothing is pending (or with
+// AllowRepartition): messages placed and held by one ordering would be delivered by
+// another; it is refused with ErrShapeMismatch otherwise. Notify is recorded as set as
+// soon as a relay listens, and as unset only by a relay that runs alone.
+func (o *Outboxer) checkShape(ctx context.Context, ob *box) error {
+	s := ob.sql
+	tx, err := o.cfg.DB.BeginTx(ctx, o.txOptions())
+	if err != nil {
+		return fmt.Errorf("outboxer: check the shape of %q: %w", ob.name, err)
+	}
+	defer tx.Rollback()
+	if err := o.lockLeases(ctx, tx, ob); err != nil {
+		return fmt.Errorf("outboxer: check the shape of %q: %w", ob.name, err)
+	}
+	var (
+		known int
+		text  sql.NullString
+	)
+	if err := tx.QueryRowContext(ctx, s.ReadShape, ob.name, ob.name).Scan(&known, &text); err != nil {
+		return fmt.Errorf("outboxer: check the shape of %q: %w", ob.name, err)
+	}
+	want := shape{ordering: ob.cfg.Ordering, notify: o.cfg.Notify}
+	rec, ok := parseShape(text.String)
+	next := want
+	if ok && rec != want {
+		next = rec
+		live, pending, err := o.inUse(ctx, tx, ob)
+		if err != nil {
+			return fmt.Errorf("outboxer: check the shape of %q: %w", ob.name, err)
+		}
+		if rec.ordering != want.ordering {
+			if !o.cfg.AllowRepartition && (live > 0 || pending > 0) {
+				return fmt.Errorf("%w: outbox %q is configured with ordering %s, but its relays recorded ordering %s, and %d of its partitions are held by running relays and %d messages are pending: "+
+					"stop every relay of the old ordering and let the outbox drain first, or set AllowRepartition and accept that order across the change is not kept",
+					ErrShapeMismatch, ob.name, want.ordering, rec.ordering, live, pending)
+			}
+			next.ordering = want.ordering
+		}
+		if want.notify || live == 0 {
+			next.notify = want.notify // a running relay that listens keeps it set
+		}
+	}
+	switch {
+	case !text.Valid:
+		_, err = tx.ExecContext(ctx, s.EnsureShape, ob.name, next.String())
+	case !ok || next != rec:
+		_, err = tx.ExecContext(ctx, s.SetShape, next.String(), ob.name)
+	default:
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("outboxer: record the shape of %q: %w", ob.name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("outboxer: record the shape of %q: %w", ob.name, err)
+	}
+	ob.placed.Store(nil) // read again on the next publish
+	if ok && next != rec {
+		o.cfg.Logger.Info("outboxer: shape of the outbox changed", "outbox", ob.name, "shape", next.String(), "was", rec.String())
+	}
 	return nil
 }
 
@@ -326,17 +475,22 @@ func (o *Outboxer) retryDead(ctx context.Context, ob *box, ids []int64) (int64, 
 		return 0, err
 	}
 	defer tx.Rollback()
-	if o.kind != dialect.SQLite {
-		if err := queryRows(ctx, tx, s.LockLeases, []any{ob.name}, func(func(...any) error) error { return nil }); err != nil {
-			return 0, fmt.Errorf("lock leases: %w", err)
-		}
+	if err := o.lockLeases(ctx, tx, ob); err != nil {
+		return 0, err
 	}
-	var n int
-	if err := tx.QueryRowContext(ctx, s.CountLeases, ob.name).Scan(&n); err != nil {
+	var (
+		n    int
+		text sql.NullString
+	)
+	if err := tx.QueryRowContext(ctx, s.ReadShape, ob.name, ob.name).Scan(&n, &text); err != nil {
 		return 0, err
 	}
 	if n == 0 {
 		n = ob.cfg.Partitions
+	}
+	ordering := ob.cfg.Ordering
+	if sh, ok := parseShape(text.String); ok {
+		ordering = sh.ordering
 	}
 	q, args := s.DeadPlacement(ob.name, ids)
 	into := map[int][]int64{}
@@ -349,7 +503,7 @@ func (o *Outboxer) retryDead(ctx context.Context, ob *box, ids []int64) (int64, 
 		if err := scan(&id, &key, &part); err != nil {
 			return err
 		}
-		to := ob.home(n, id, key, part)
+		to := home(n, ordering, id, key, part)
 		into[to] = append(into[to], id)
 		return nil
 	})

@@ -25,6 +25,31 @@ func groupsIn(n, parts int) []string {
 	return keys
 }
 
+// runHolding runs a relay of "orders" into rec with n partitions until the test ends, and
+// returns once it holds them all (and so has recorded its shape).
+func runHolding(t *testing.T, db *dbtest.DB, rec *recorder, n int) *core.Outboxer {
+	t.Helper()
+	relay := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{
+		"orders": {Relay: rec, Partitions: n, PollInterval: 10 * time.Millisecond}}})
+	run(t, relay)
+	eventually(t, 10*time.Second, "the relay's partitions", func() bool {
+		h, err := relay.Health(context.Background(), "orders")
+		return err == nil && len(h.Outboxes[0].Partitions) == n && len(h.Outboxes[0].Unowned) == 0
+	})
+	return relay
+}
+
+// listening waits until a session LISTENs on the channel of table (PostgreSQL).
+func listening(t *testing.T, db *dbtest.DB, table string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "the relay listening", func() bool {
+		var n int
+		err := db.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE $1`,
+			`LISTEN "outboxer.`+table+`"`).Scan(&n)
+		return err == nil && n > 0
+	})
+}
+
 // Issue 16 finding 4: a dead message in a partition beyond a lowered count is revived
 // into its group's partition among the recorded count, delivered, and the next run starts.
 func TestRetryDeadAfterFewerPartitions(t *testing.T) {
@@ -142,15 +167,8 @@ func TestRollingDeployFewerPartitions(t *testing.T) {
 // among the count the relays recorded, never all into partition 0.
 func TestPublishOnlyAdoptsTheRecordedPartitions(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
-		ctx := context.Background()
 		rec := &recorder{}
-		relay := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{
-			"orders": {Relay: rec, Partitions: 4, PollInterval: 10 * time.Millisecond}}})
-		run(t, relay)
-		eventually(t, 10*time.Second, "the relay's partitions", func() bool {
-			h, err := relay.Health(ctx, "orders")
-			return err == nil && len(h.Outboxes[0].Partitions) == 4 && len(h.Outboxes[0].Unowned) == 0
-		})
+		runHolding(t, db, rec, 4)
 		web := setup(t, db, core.Config{PublishOnly: true, Outboxes: map[string]core.OutboxConfig{"orders": {}}})
 		keys := groupsIn(12, 4)
 		var msgs []core.Message
@@ -208,5 +226,52 @@ func TestBacklogFromBeforeTheFirstRunIsPlaced(t *testing.T) {
 				t.Errorf("message %d of group %q in partition %d, want %d of 4", e.ID, e.GroupKey, e.Partition, want)
 			}
 		}
+	})
+}
+
+// Issue 18 item 2: a publisher without Notify notifies when the relays listen, so a relay
+// that polls once an hour delivers at once.
+func TestPublisherAdoptsTheRelaysNotify(t *testing.T) {
+	db := dbtest.Postgres(t)
+	rec := &recorder{}
+	relay := setup(t, db, core.Config{Table: "notify_messages", Notify: true, Outboxes: map[string]core.OutboxConfig{
+		"orders": {Relay: rec, PollInterval: time.Hour}, // only a notification can wake it
+	}})
+	web := setup(t, db, core.Config{Table: "notify_messages", PublishOnly: true, Outboxes: map[string]core.OutboxConfig{"orders": {}}})
+	run(t, relay)
+	listening(t, db, "notify_messages")
+	time.Sleep(200 * time.Millisecond) // the worker is asleep: what follows is woken by a notification
+	env := publish(t, web, db.DB, event{Seq: 1, Group: "a"})
+	eventually(t, 20*time.Second, "the message delivered, woken by a notification the publisher sent", func() bool {
+		return len(rec.delivered()) == 1
+	})
+	if got := rec.delivered()[0]; got.ID != env[0].ID {
+		t.Errorf("delivered %d, want %d", got.ID, env[0].ID)
+	}
+}
+
+// Issue 18 item 2: a publisher configured with OrderNone places messages by group when the
+// relays keep group order, and a relay with another ordering is refused while one runs.
+func TestOrderingIsRecorded(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := context.Background()
+		rec := &recorder{}
+		runHolding(t, db, rec, 4)
+		web := setup(t, db, core.Config{PublishOnly: true, Outboxes: map[string]core.OutboxConfig{
+			"orders": {Ordering: core.OrderNone, Partitions: 4}}})
+		for _, e := range publish(t, web, db.DB, event{Seq: 1, Group: "a"}, event{Seq: 2, Group: "a"}, event{Seq: 3, Group: "a"}, event{Seq: 4, Group: "a"}) {
+			if want := core.PartitionFor("a", 4); e.Partition != want {
+				t.Errorf("message %d of group a in partition %d, want %d: placed round-robin", e.ID, e.Partition, want)
+			}
+		}
+		other := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{
+			"orders": {Relay: &recorder{}, Partitions: 4, Ordering: core.OrderNone}}})
+		bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		err := other.Run(bounded)
+		if !errors.Is(err, core.ErrShapeMismatch) || !strings.Contains(err.Error(), "ordering none") || !strings.Contains(err.Error(), "ordering group") {
+			t.Errorf("Run with OrderNone beside a relay with OrderGroup = %v, want ErrShapeMismatch naming both", err)
+		}
+		eventually(t, 10*time.Second, "delivery", func() bool { return len(rec.delivered()) == 4 })
 	})
 }

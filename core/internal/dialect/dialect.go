@@ -37,6 +37,9 @@ const (
 	Held = 4
 )
 
+// ShapePart is the part of the lease row that records an outbox's shape.
+const ShapePart = -1
+
 // PendingStates is the parenthesised list of the states of a pending message, for
 // "state IN PendingStates": every statement that reads the backlog uses it.
 const PendingStates = "(0, 3, 4)"
@@ -69,6 +72,9 @@ type SQL struct {
 	// of its pending rows in partitions at or beyond a count, oldest first, at most a
 	// thousand.
 	LiveLeases, Placement, Strays string
+	// ReadShape reads the partition count and the shape row's text (NULL when there is
+	// none) of an outbox; EnsureShape creates the shape row, SetShape changes its text.
+	ReadShape, EnsureShape, SetShape string
 
 	// inserts caches the INSERT statements of up to cachedRows rows: a publish builds
 	// none of its SQL text, and PostgreSQL drivers find their prepared statement by it.
@@ -102,7 +108,7 @@ func New(kind Kind, schema, table string) *SQL {
 	// outbox that never ran creates them with token -1, so that they do not count as
 	// partitions a run had (CountLeases), until a run claims them (ClaimLeases).
 	s.EnsureLease = s.p(s.insertIgnore(s.Leases, "outbox, part, owner, token, expires_at, paused", "?, ?, '', ?, "+s.zeroTime()+", ?"))
-	s.ClaimLeases = s.p(`UPDATE ` + s.Leases + ` SET token = 0 WHERE outbox = ? AND part < ? AND token < 0`)
+	s.ClaimLeases = s.p(`UPDATE ` + s.Leases + ` SET token = 0 WHERE outbox = ? AND part >= 0 AND part < ? AND token < 0`)
 	s.AcquireLease = s.p(`UPDATE ` + s.Leases + ` SET owner = ?, token = token + 1, expires_at = ` + s.NowPlus("?") +
 		` WHERE outbox = ? AND part = ? AND expires_at < ` + now)
 	s.ReadLease = s.p(`SELECT token, paused FROM ` + s.Leases + ` WHERE outbox = ? AND part = ? AND owner = ?`)
@@ -115,11 +121,11 @@ func New(kind Kind, schema, table string) *SQL {
 	s.Resume = s.p(`UPDATE ` + s.Leases + ` SET paused = ` + s.bool(false) + ` WHERE outbox = ?`)
 	// The partitions the last run had: rows made by Pause on an outbox that never ran do
 	// not count.
-	s.CountLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND token >= 0`)
+	s.CountLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND part >= 0 AND token >= 0`)
 	s.AnyPaused = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND paused = ` + s.bool(true))
 	s.DropLeasesFrom = s.p(`DELETE FROM ` + s.Leases + ` WHERE outbox = ? AND part >= ?`)
 	s.LeaseStatus = s.p(`SELECT part, owner, token, ` + s.TimeCol("expires_at") + `, paused, ` + s.TimeCol(now) + ` FROM ` + s.Leases +
-		` WHERE outbox = ? ORDER BY part`)
+		` WHERE outbox = ? AND part >= 0 ORDER BY part`)
 
 	s.FailMessage = s.p(`UPDATE ` + s.Messages + ` SET attempts = attempts + 1, last_error = ?, available_at = ` + s.NowPlus("?") +
 		`, state = ` + strconv.Itoa(Waiting) + ` WHERE id = ? AND state = 0 AND attempts = ?`)
@@ -133,6 +139,14 @@ func New(kind Kind, schema, table string) *SQL {
 	s.PartitionsInUse = s.p(`SELECT DISTINCT part FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates + ` AND part >= ?`)
 	s.MovePartitions = s.p(`UPDATE ` + s.Messages + ` SET part = MOD(part, ?) WHERE outbox = ? AND state IN ` + PendingStates + ` AND part >= ?`)
 	s.LockLeases = s.p(`SELECT part FROM ` + s.Leases + ` WHERE outbox = ? ORDER BY part FOR UPDATE`)
+	// The shape row (part ShapePart) records what the nodes of an outbox must agree on
+	// besides the partition count, which the partitions' own rows record: in its owner
+	// column, as text (see core's shape.go). Its token is -1 and it never expires, so it
+	// counts neither as a partition nor as a live lease.
+	s.ReadShape = s.p(`SELECT (SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND part >= 0 AND token >= 0), ` +
+		`(SELECT owner FROM ` + s.Leases + ` WHERE outbox = ? AND part = ` + strconv.Itoa(ShapePart) + `)`)
+	s.EnsureShape = s.p(s.insertIgnore(s.Leases, "outbox, part, owner, token, expires_at, paused", "?, "+strconv.Itoa(ShapePart)+", ?, -1, "+s.zeroTime()+", "+s.bool(false)))
+	s.SetShape = s.p(`UPDATE ` + s.Leases + ` SET owner = ? WHERE outbox = ? AND part = ` + strconv.Itoa(ShapePart))
 	s.LiveLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND owner <> '' AND expires_at > ` + now)
 	s.Placement = s.p(`SELECT id, group_key, part FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates)
 	s.Strays = s.p(`SELECT id, group_key, part FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates +
