@@ -25,8 +25,8 @@ import (
 //   - Publishers (PublishOnly or not) place messages by the recorded shape, whatever their
 //     own configuration says, and notify when the relays listen; they read it on their
 //     first publish to an outbox and again when what they read is older than
-//     shapeRefresh. Before any relay ran they use their own; the first run moves what
-//     they wrote to where it belongs, before anything is delivered.
+//     shapeRefresh. Before any relay ran they use their own (the first run warns when
+//     what they wrote is not where it belongs).
 //   - A run whose Partitions or Ordering differs from the record changes it only when no
 //     relay holds a partition of the outbox and nothing is pending, or with
 //     AllowRepartition; otherwise it is refused with ErrRepartitioned or ErrShapeMismatch
@@ -274,15 +274,22 @@ func (o *Outboxer) checkPartitions(ctx context.Context, ob *box) error {
 		}
 		return err
 	case 0:
-		// No relay ran yet: publishers placed the backlog among their own count. Nothing
-		// of it was delivered, so placing it among this one keeps every group's order.
-		moved, _, err := o.rehome(ctx, o.cfg.DB, ob, n, ob.sql.Placement, []any{ob.name})
+		// No relay ran yet: publishers placed the backlog among their own count, or
+		// another program wrote it without setting part. Moving it would split the groups
+		// of a writer that keeps writing so: say so instead.
+		moves, _, err := o.homes(ctx, o.cfg.DB, ob, n, ob.sql.Placement, []any{ob.name})
 		if err != nil {
-			return fmt.Errorf("outboxer: place the backlog of %q among %d partitions: %w", ob.name, n, err)
+			return fmt.Errorf("outboxer: check the backlog of %q: %w", ob.name, err)
 		}
-		if moved > 0 {
-			o.cfg.Logger.Warn("outboxer: messages were published among another partition count before any relay ran; moved to their partitions",
-				"outbox", ob.name, "partitions", n, "moved", moved)
+		misplaced := 0
+		for _, ids := range moves {
+			misplaced += len(ids)
+		}
+		if misplaced > 0 {
+			o.cfg.Logger.Warn("outboxer: pending messages are not in their group's partition among the configured count: "+
+				"they were published before any relay ran by a publisher with another Partitions, or written by a program that does not set part; "+
+				"their groups may be delivered out of order",
+				"outbox", ob.name, "partitions", n, "misplaced", misplaced)
 		}
 		return nil
 	}

@@ -195,40 +195,6 @@ func TestPublishOnlyAdoptsTheRecordedPartitions(t *testing.T) {
 	})
 }
 
-// Issue 18 item 2: what publishers wrote among their own count before any relay ran is
-// placed among the relays' count at their first start, every group in one partition.
-func TestBacklogFromBeforeTheFirstRunIsPlaced(t *testing.T) {
-	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
-		ctx := context.Background()
-		web := setup(t, db, core.Config{PublishOnly: true, Outboxes: map[string]core.OutboxConfig{"orders": {}}})
-		keys := groupsIn(12, 4)
-		for round := range 2 {
-			for _, k := range keys {
-				publish(t, web, db.DB, event{Seq: round, Group: k})
-			}
-		}
-		relay := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{
-			"orders": {Relay: &recorder{}, Partitions: 4, Paused: true, PollInterval: 10 * time.Millisecond}}})
-		run(t, relay)
-		eventually(t, 10*time.Second, "the relay's partitions", func() bool {
-			h, err := relay.Health(ctx, "orders")
-			return err == nil && len(h.Outboxes[0].Partitions) == 4 && len(h.Outboxes[0].Owners) == 1
-		})
-		pending, err := relay.ListPending(ctx, "orders", 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(pending) != 2*len(keys) {
-			t.Fatalf("pending %d, want %d", len(pending), 2*len(keys))
-		}
-		for _, e := range pending {
-			if want := core.PartitionFor(e.GroupKey, 4); e.Partition != want {
-				t.Errorf("message %d of group %q in partition %d, want %d of 4", e.ID, e.GroupKey, e.Partition, want)
-			}
-		}
-	})
-}
-
 // Issue 18 item 2: a publisher without Notify notifies when the relays listen, so a relay
 // that polls once an hour delivers at once.
 func TestPublisherAdoptsTheRelaysNotify(t *testing.T) {
