@@ -89,9 +89,17 @@
 // start nothing and need no relay. Relay nodes share the partitions: a crashed node's
 // partitions are taken over within about LeaseDuration + LeaseDuration/4 (25 s by
 // default), a node that stops gracefully hands them over at once. With Notify (PostgreSQL
-// and the pgx driver), a commit wakes the partition's worker on whichever node it runs;
-// otherwise workers poll every PollInterval, and a publish through the same instance wakes
-// its own workers.
+// and the pgx driver) on the relays, a commit wakes the partition's worker on whichever
+// node it runs; otherwise workers poll every PollInterval, and a publish through the same
+// instance wakes its own workers.
+//
+// What the nodes must agree on is recorded in the database by the relays, and every node
+// follows the record: the partition count, the ordering, and whether the relays listen
+// for notifications. A publishing node places messages by the recorded count and ordering
+// and notifies when the relays listen, whatever its own configuration says. A relay whose
+// Partitions or Ordering differs from the record is refused (ErrRepartitioned,
+// ErrShapeMismatch) while another relay runs or messages are pending, unless
+// AllowRepartition is set; otherwise it changes the record.
 //
 // # Testing
 //
