@@ -44,6 +44,7 @@ disruptive: devproxy
 
 ## deps: services up, npm packages (the SQS emulator), Go modules
 deps: services devproxy
+	@./scripts/chromium.sh
 	@if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; fi
 	@set -e; for m in $(MODULES); do (cd $$m && go mod download); done
 

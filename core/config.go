@@ -30,6 +30,9 @@ const (
 
 	// MaxBatchSize bounds BatchSize: the IDs of a batch go into one statement.
 	MaxBatchSize = 10000
+
+	// AllPartitions as Config.MaxPartitions opts an instance out of balancing.
+	AllPartitions = -1
 )
 
 // Dialect is the SQL dialect of the database. New detects it from the driver when unset.
@@ -217,6 +220,20 @@ type Config struct {
 	// publishes into the outbox then notifies at commit, whatever its own Notify says:
 	// publish-only nodes need not set it (see Partitions for when they read it).
 	Notify bool
+	// NotifyListener, with Notify, opens the sessions a relay instance listens on, instead
+	// of a connection of DB, which needs the pgx driver and a session the server keeps
+	// between statements. Set it when DB goes through a pooler in transaction mode
+	// (PgBouncer, RDS Proxy, Supavisor, pgcat), or uses a driver other than pgx:
+	// pgxoutbox.NewListener(dsn) (module github.com/outboxer-go/outboxer/adapters/pgx)
+	// opens them on pgx connections to PostgreSQL itself. Publishing sends its NOTIFY in
+	// the publishing transaction, which works through any pooler and driver; publish-only
+	// instances do not listen.
+	//
+	// Each new listening session, of either kind, is checked: a channel of its own must be
+	// in pg_listening_channels() on it, and a test notification must reach it. One that fails is
+	// logged at Warn (ErrNotifyNotListening), and the workers poll every PollInterval until
+	// a later session passes.
+	NotifyListener NotifyListener
 	// PublishOnly instances deliver nothing: Run starts nothing and the outboxes need no
 	// Relay. Use it on nodes that only publish (the reference's relay: false).
 	PublishOnly bool
@@ -233,10 +250,24 @@ type Config struct {
 	// Hooks receive telemetry events.
 	Hooks Hooks
 	// LeaseDuration a worker owns its partition without renewing. A crashed node's
-	// partitions are taken over at most about LeaseDuration + LeaseDuration/4 later (the
-	// other nodes try to take a partition they do not hold every LeaseDuration/4).
+	// partitions are taken over at most about LeaseDuration + LeaseDuration/4 later: nodes
+	// heartbeat every LeaseDuration/4 (at most every second), are forgotten when they
+	// miss heartbeats for LeaseDuration, and read the membership and the free partitions
+	// every 250 ms (LeaseDuration/8 when shorter).
 	// Default 20 s; at least 1 s.
 	LeaseDuration time.Duration
+	// MaxPartitions says how many partitions of each outbox this instance holds when
+	// several relay nodes share them. Every running instance heartbeats into the
+	// database; each aims at its fair share of every outbox's partitions (P/N rounded up
+	// for the first P mod N nodes by name, down for the others), takes free partitions up
+	// to it and gives back, after confirming its batch in flight, what it holds beyond it.
+	//
+	// 0 (the default): the fair share. n > 0: at most n; the other nodes share the rest.
+	// AllPartitions (-1): this instance is not balanced: it takes every partition that
+	// nobody holds and gives none back (a single relay, or a hot standby, as before
+	// nodes shared partitions); the balanced nodes share out the partitions among
+	// themselves and it delivers only those they leave.
+	MaxPartitions int
 	// ShutdownTimeout bounds how long Run waits for in-flight batches after ctx is done.
 	// Default 10 s.
 	ShutdownTimeout time.Duration
@@ -395,6 +426,9 @@ func (c *Config) validate() error {
 	if c.Notify && c.Dialect != Postgres {
 		return bad("Notify", "needs PostgreSQL (the dialect is %s)", c.Dialect)
 	}
+	if c.NotifyListener != nil && !c.Notify {
+		return bad("NotifyListener", "is used only with Notify: set Notify too")
+	}
 	if c.PublishOnly && c.Manual {
 		return bad("Manual", "cannot be combined with PublishOnly (Drain needs relays)")
 	}
@@ -403,6 +437,9 @@ func (c *Config) validate() error {
 	}
 	if c.LeaseDuration < time.Second {
 		return bad("LeaseDuration", "must be at least 1s, got %v", c.LeaseDuration)
+	}
+	if c.MaxPartitions < AllPartitions {
+		return bad("MaxPartitions", "must be 0 (fair share), a positive cap or AllPartitions (-1), got %d", c.MaxPartitions)
 	}
 	if c.ShutdownTimeout < 0 {
 		return bad("ShutdownTimeout", "must be positive, got %v", c.ShutdownTimeout)

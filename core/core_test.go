@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ func TestValidateNamesTheOption(t *testing.T) {
 		{"Schema", func(c *Config) { c.Schema = "1bad" }},
 		{"Schema", func(c *Config) { c.Dialect, c.Schema = SQLite, "s" }},
 		{"Notify", func(c *Config) { c.Dialect, c.Notify = MySQL, true }},
+		{"NotifyListener", func(c *Config) { c.NotifyListener = sqlListener{} }},
 		{"Manual", func(c *Config) { c.Manual, c.PublishOnly = true, true }},
 		{"LeaseDuration", func(c *Config) { c.LeaseDuration = time.Millisecond }},
 		{"Outboxes", func(c *Config) { c.Outboxes = nil }},
@@ -181,5 +183,63 @@ func TestMessageType(t *testing.T) {
 	}
 	if got := messageType(typed{}); got != "shop.OrderPlaced" {
 		t.Errorf("Typer = %q", got)
+	}
+}
+
+func TestSharesDealPartitionsFairly(t *testing.T) {
+	names := func(n int) []node {
+		var out []node
+		for i := range n {
+			out = append(out, node{name: fmt.Sprintf("n%02d", n-i)}) // unsorted on purpose
+		}
+		return out
+	}
+	for _, c := range []struct {
+		parts, nodes int
+		want         []int // by sorted name
+	}{
+		{12, 3, []int{4, 4, 4}},
+		{12, 4, []int{3, 3, 3, 3}},
+		{12, 5, []int{3, 3, 2, 2, 2}},
+		{4, 8, []int{1, 1, 1, 1, 0, 0, 0, 0}},
+		{8, 1, []int{8}},
+		{1, 3, []int{1, 0, 0}},
+	} {
+		got := shares(c.parts, names(c.nodes))
+		for i, w := range c.want {
+			if n := fmt.Sprintf("n%02d", i+1); got[n] != w {
+				t.Errorf("%d partitions over %d nodes: %s gets %d, want %d (all: %v)", c.parts, c.nodes, n, got[n], w, got)
+			}
+		}
+	}
+	// Caps: a capped node gets at most its cap, the others share the rest; a node that
+	// opted out has no limit and is not dealt anything.
+	got := shares(12, []node{{name: "a", max: 1}, {name: "b"}, {name: "c", max: AllPartitions}, {name: "d"}})
+	if got["a"] != 1 || got["b"] != 6 || got["d"] != 5 || got["c"] != -1 {
+		t.Errorf("capped share-out = %v, want a 1, b 6, c -1, d 5", got)
+	}
+	// Caps too small for every partition: the shares stop at the caps.
+	got = shares(10, []node{{name: "a", max: 2}, {name: "b", max: 3}})
+	if got["a"] != 2 || got["b"] != 3 {
+		t.Errorf("share-out under small caps = %v, want a 2, b 3", got)
+	}
+	if got := shares(5, nil); len(got) != 0 {
+		t.Errorf("share-out over no node = %v", got)
+	}
+}
+
+func TestMaxPartitionsValidated(t *testing.T) {
+	cfg := Config{DB: new(sql.DB), Dialect: Postgres, Outboxes: map[string]OutboxConfig{"orders": {Relay: nopRelay{}}}}
+	for _, n := range []int{0, 1, 64, AllPartitions} {
+		cfg.MaxPartitions = n
+		if _, err := New(cfg); err != nil {
+			t.Errorf("MaxPartitions %d: %v", n, err)
+		}
+	}
+	cfg.MaxPartitions = -2
+	_, err := New(cfg)
+	var ce *ConfigError
+	if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != "MaxPartitions" {
+		t.Errorf("MaxPartitions -2: %v, want a ConfigError on MaxPartitions", err)
 	}
 }

@@ -17,9 +17,31 @@
 //			"orders": {Relay: kafkaRelay, Partitions: 4, MaxAttempts: 10},
 //		},
 //	})
-//	go ob.Run(ctx) // delivers until ctx is done
+//	go func() {
+//		// Delivers until ctx is done, then returns nil. An error means the relay never
+//		// ran: logged, it is not silent.
+//		if err := ob.Run(ctx); err != nil {
+//			log.Printf("outboxer relay not running: %v", err)
+//		}
+//	}()
 //
 // New validates everything and returns a *ConfigError naming the option it refuses.
+//
+// # Starting
+//
+// Run waits for what a deployment brings up late. When the database does not answer, the
+// tables are not migrated yet (ErrNotMigrated) or a relay's Start fails, Run logs an Error
+// line with the error and the time of the next try, and tries again, from 100 ms apart up
+// to 30 s, until it starts or ctx is done; then it returns an error matching ctx's error
+// that also wraps the last failure. It returns at once, logged, only what waiting cannot
+// fix: ErrRepartitioned, ErrShapeMismatch, an invalid configuration, a Starter's error
+// marked Permanent, and ErrAlreadyRunning. Run in an errgroup (golang.org/x/sync/errgroup)
+// stops the service when the relay cannot start:
+//
+//	g, ctx := errgroup.WithContext(ctx)
+//	g.Go(func() error { return ob.Run(ctx) })
+//	g.Go(func() error { return serveHTTP(ctx) })
+//	err := g.Wait()
 //
 // # Publishing
 //
@@ -86,9 +108,13 @@
 // # Several nodes
 //
 // Start the same outboxes on every node. Nodes that only publish set PublishOnly; they
-// start nothing and need no relay. Relay nodes share the partitions: a crashed node's
-// partitions are taken over within about LeaseDuration + LeaseDuration/4 (25 s by
-// default), a node that stops gracefully hands them over at once. With Notify (PostgreSQL
+// start nothing and need no relay. Relay nodes share the partitions: every running
+// instance heartbeats into the table's "_nodes" table, and each holds its fair share of
+// every outbox's partitions (Config.MaxPartitions caps it or opts out). When a node joins
+// or leaves, only the partitions beyond a share move, each after its batch in flight is
+// confirmed. A crashed node's partitions are taken over within about LeaseDuration +
+// LeaseDuration/4 (25 s by default), a node that stops gracefully hands them over at
+// once. Health lists the live nodes and what each holds. With Notify (PostgreSQL
 // and the pgx driver) on the relays, a commit wakes the partition's worker on whichever
 // node it runs; otherwise workers poll every PollInterval, and a publish through the same
 // instance wakes its own workers.
@@ -100,6 +126,14 @@
 // Partitions or Ordering differs from the record is refused (ErrRepartitioned,
 // ErrShapeMismatch) while another relay runs or messages are pending, unless
 // AllowRepartition is set; otherwise it changes the record.
+//
+// A relay listens on a connection of Config.DB (the pgx driver), or on sessions of its
+// own from Config.NotifyListener: behind a pooler in transaction mode (PgBouncer, RDS
+// Proxy, Supavisor), where LISTEN does not stay on a session, or with another driver.
+// Every new session is checked (a channel of its own in pg_listening_channels(), and a
+// test notification that must reach it); one that fails is logged at Warn
+// (ErrNotifyNotListening) and the workers poll until a later session passes.
+// NotifyStatus says whether the instance listens now.
 //
 // # Testing
 //

@@ -35,7 +35,7 @@ func (o *Outboxer) Drain(ctx context.Context, outbox string) (DrainResult, error
 		return DrainResult{}, err
 	}
 	var res DrainResult
-	owner := newOwner()
+	owner := newOwner(o.cfg.Name)
 	for p := range ob.cfg.Partitions {
 		w := newWorker(o, ob, p, owner)
 		w.once = true

@@ -121,6 +121,8 @@ func ExampleMigrationSQL() {
 	fmt.Print(down)
 	// Output:
 	// CREATE TABLE IF NOT EXISTS "order_outbox" (
+	// DROP TABLE IF EXISTS "order_outbox_nodes";
+	//
 	// DROP TABLE IF EXISTS "order_outbox_leases";
 	//
 	// DROP TABLE IF EXISTS "order_outbox";

@@ -46,8 +46,13 @@ type OutboxHealth struct {
 	// Paused: the outbox was paused (Pause, OutboxConfig.Paused) and is not delivered.
 	Paused bool
 	// Owners maps each node holding a live lease on a partition of the outbox (the owner
-	// name of a running instance: "host/pid/random") to how many partitions it holds.
+	// name of a running instance, (*Outboxer).Owner: "name@host/pid/random") to how many
+	// partitions it holds.
 	Owners map[string]int
+	// Nodes lists the live relay nodes of the outbox (those whose heartbeat has not run
+	// out), sorted by name, with their share and what they hold. It is nil when the
+	// nodes table cannot be read (tables migrated by an earlier version: run Migrate).
+	Nodes []NodeHealth
 	// Unowned lists the partitions no node holds a live lease on: nobody delivers them.
 	// Right after a node starts, or within about LeaseDuration of a node dying, this is
 	// normal; for longer it means no relay runs.
@@ -77,6 +82,19 @@ type PartitionHealth struct {
 	Paused       bool
 }
 
+// NodeHealth is one live relay node of an outbox.
+type NodeHealth struct {
+	// Node is its owner name ((*Outboxer).Owner).
+	Node string
+	// LastHeartbeat is the database clock at its last heartbeat.
+	LastHeartbeat time.Time
+	// MaxPartitions is its Config.MaxPartitions; Share the partitions it aims at, as
+	// every node computes it from the live nodes (-1: as many as it can take).
+	MaxPartitions, Share int
+	// Partitions lists the partitions it holds a live lease on.
+	Partitions []int
+}
+
 // Outbox returns the health of the named outbox, if it was read.
 func (h Health) Outbox(name string) (OutboxHealth, bool) {
 	for _, o := range h.Outboxes {
@@ -88,8 +106,8 @@ func (h Health) Outbox(name string) (OutboxHealth, bool) {
 }
 
 // Health reads the health of the named outboxes, or of every outbox of the instance when
-// none are named. It runs two short read-only queries per outbox (one over the pending
-// and dead messages, one over the partition leases) and sees every node that shares the
+// none are named. It runs three short read-only queries per outbox (one over the pending
+// and dead messages, one over the partition leases, one over the live nodes) and sees every node that shares the
 // tables, whether or not this instance runs. An unknown name is ErrUnknownOutbox.
 //
 // Counting the backlog reads the pending rows: cheap for a healthy outbox, proportional
@@ -198,7 +216,20 @@ func (o *Outboxer) outboxHealth(ctx context.Context, ob *box) (OutboxHealth, tim
 	if err != nil {
 		return OutboxHealth{}, time.Time{}, err
 	}
-	oh := OutboxHealth{Outbox: ob.name, Owners: map[string]int{}, Unowned: []int{}}
+	oh := OutboxHealth{Outbox: ob.name, Owners: map[string]int{}, Unowned: []int{}, Nodes: []NodeHealth{}}
+	nodes, err := o.liveNodes(ctx, ob)
+	if err != nil {
+		if ctx.Err() != nil {
+			return OutboxHealth{}, time.Time{}, err
+		}
+		oh.Nodes = nil // a table migrated before nodes shared partitions: no membership to show
+	}
+	share := shares(ob.cfg.Partitions, nodes)
+	index := map[string]int{}
+	for _, n := range nodes {
+		index[n.name] = len(oh.Nodes)
+		oh.Nodes = append(oh.Nodes, NodeHealth{Node: n.name, LastHeartbeat: n.lastSeen, MaxPartitions: n.max, Share: share[n.name], Partitions: []int{}})
+	}
 	for _, p := range slices.Sorted(maps.Keys(parts)) {
 		ph := parts[p]
 		oh.Pending += ph.Pending
@@ -209,6 +240,9 @@ func (o *Outboxer) outboxHealth(ctx context.Context, ob *box) (OutboxHealth, tim
 		oh.Paused = oh.Paused || ph.Paused
 		if ph.LeaseHeld {
 			oh.Owners[ph.Owner]++
+			if i, ok := index[ph.Owner]; ok {
+				oh.Nodes[i].Partitions = append(oh.Nodes[i].Partitions, p)
+			}
 		} else if p < ob.cfg.Partitions || ph.Pending > 0 {
 			// A partition beyond the configured count matters only while it holds messages.
 			oh.Unowned = append(oh.Unowned, p)

@@ -16,7 +16,7 @@ type MigrateOptions struct {
 	// by MigrationSQL.
 	Dialect Dialect
 	// Table is the message table; "outboxer_messages" when empty. Migrate also creates
-	// Table+"_leases" (partition owners) and, on MySQL, Table+"_locks" (SerializeWrites).
+	// Table+"_leases" (partition owners), Table+"_nodes" (running relay nodes) and, on MySQL, Table+"_locks" (SerializeWrites).
 	Table string
 	// Schema (PostgreSQL) holds the tables; created if missing. The search path when empty.
 	Schema string

@@ -22,10 +22,15 @@ type Outboxer struct {
 	outboxes map[string]*box
 	tables   map[string]*dialect.SQL // by table name
 	running  atomic.Bool
+	listener atomic.Pointer[NotifyStatus] // the Notify listener's state, while it runs
 	// isolation caches what strictIsolation found.
 	isolation atomic.Int32
 	packet    atomic.Int64  // MySQL: the server's max_allowed_packet, once read
 	rr        atomic.Uint64 // spreads unordered messages over partitions
+	// owner names this instance in the lease and node tables (Owner).
+	owner string
+	// refresh asks the membership loop to heartbeat and read the nodes now.
+	refresh chan struct{}
 }
 
 // box is one configured outbox with its statements and its workers' wake-up channels.
@@ -44,6 +49,8 @@ type box struct {
 	// mu guards workers, set while Run runs, so admin calls can reach them.
 	mu      sync.Mutex
 	workers []*worker
+	// bal is this node's share of the partitions while Run runs.
+	bal *balance
 }
 
 type wakeKind uint8
@@ -52,6 +59,7 @@ const (
 	wakeNow     wakeKind = iota + 1 // rows were committed: fetch now
 	wakeSoon                        // rows were written in a transaction that may commit soon
 	wakeRecheck                     // messages or the pause changed (discard, retry, pause): read the lease now
+	wakeTake                        // the partition is free and the node is below its share: take it now
 )
 
 // New checks cfg, applies the defaults and returns an instance. It returns a *ConfigError
@@ -73,6 +81,8 @@ func New(cfg Config) (*Outboxer, error) {
 		kind:     dialectKind(c.Dialect),
 		outboxes: make(map[string]*box, len(c.Outboxes)),
 		tables:   map[string]*dialect.SQL{},
+		owner:    newOwner(c.Name),
+		refresh:  make(chan struct{}, 1),
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Outboxes)) {
 		oc := c.Outboxes[name]
@@ -81,7 +91,7 @@ func New(cfg Config) (*Outboxer, error) {
 			s = dialect.New(o.kind, c.Schema, oc.Table)
 			o.tables[oc.Table] = s
 		}
-		ob := &box{name: name, cfg: oc, sql: s, wake: make([]chan wakeKind, oc.Partitions)}
+		ob := &box{name: name, cfg: oc, sql: s, wake: make([]chan wakeKind, oc.Partitions), bal: newBalance()}
 		for i := range ob.wake {
 			ob.wake[i] = make(chan wakeKind, 1)
 		}
@@ -134,6 +144,22 @@ func (ob *box) signal(part int, k wakeKind) {
 			case ob.wake[part] <- k:
 			default:
 			}
+		}
+	}
+}
+
+// offer wakes the worker of a free partition so that it tries to take it, whatever
+// wake-up was pending (one for a held partition is moot: the worker holds none).
+func (ob *box) offer(part int) {
+	for {
+		select {
+		case ob.wake[part] <- wakeTake:
+			return
+		default:
+		}
+		select {
+		case <-ob.wake[part]:
+		default:
 		}
 	}
 }

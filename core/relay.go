@@ -46,13 +46,18 @@ type TxRelay interface {
 }
 
 // Starter is implemented by relays that must be started before the first delivery.
-// Run calls Start once, before any worker starts, and fails if it fails.
+// Run calls Start before any worker starts. A failing Start is tried again later, with
+// Run's start-up backoff and an Error log line each time (a broker that is not up yet
+// is waited for, like the database), unless its error is marked with Permanent or
+// matches ErrInvalidConfig: Run then returns it at once. Start is not called again once
+// it succeeded.
 type Starter interface {
 	Start(ctx context.Context) error
 }
 
 // Closer is implemented by relays that hold resources. Run calls Close once after the
-// last delivery, when it returns.
+// last delivery, when it returns. A Run whose start-up failed for good closes only the
+// relays whose Start it called successfully, so the others can be given to Run again.
 type Closer interface {
 	Close() error
 }

@@ -17,29 +17,42 @@ import (
 // change), creates missing lease rows and starts the relays that are Starters. A
 // PublishOnly or Manual instance starts nothing: Run then just waits for ctx.
 //
+// Start-up failures that waiting can fix are retried, with an Error log line naming the
+// error and the next try each time, until start-up succeeds or ctx is done: the database
+// unreachable or refusing connections, the tables missing (ErrNotMigrated: a migration job
+// that has not run yet), a Starter's error. The delay between tries grows from 100 ms to
+// 30 s. Run returns at once, having logged it at Error, only what waiting cannot fix:
+// ErrRepartitioned, ErrShapeMismatch, a *ConfigError (ErrInvalidConfig), an error marked
+// with Permanent (a Starter may return one), and ErrAlreadyRunning. When ctx is done before start-up
+// succeeded, Run returns an error matching ctx's error (context.Canceled or
+// context.DeadlineExceeded with errors.Is) that also wraps the last start-up failure, so
+// that a service can tell "stopped" (nil) from "never delivered" (an error).
+//
+// A relay whose Start succeeded is not started again when a later try fails: each
+// Starter's Start succeeds once per Run. When start-up fails for good, Run closes the
+// relays it started (and only those) before returning.
+//
 // Run may be called once per instance; it returns ErrAlreadyRunning after that. A Run
 // that failed while starting (before any worker ran) does not count: Run may be called
-// again, after a Migrate, say.
+// again.
 func (o *Outboxer) Run(ctx context.Context) error {
 	if !o.running.CompareAndSwap(false, true) {
+		o.cfg.Logger.Error("outboxer: Run called twice", "outboxer", o.cfg.Name, "err", ErrAlreadyRunning)
 		return ErrAlreadyRunning
 	}
 	if o.cfg.PublishOnly || o.cfg.Manual {
 		<-ctx.Done()
 		return nil
 	}
-	if err := o.prepareRun(ctx); err != nil {
+	started := map[Relay]bool{}
+	if err := o.startUp(ctx, started); err != nil {
+		// The relays that did start are closed before the flag is cleared, so that a
+		// second Run cannot overlap with the close; the others are left as they were.
+		o.closeRelays(started)
 		o.running.Store(false)
 		return err
 	}
-	err := o.startRelays(ctx)
-	defer o.closeRelays()
-	if err != nil {
-		// Relays that did start are closed (deferred above) before Run returns; the
-		// flag is cleared after that, so a second Run cannot overlap with the close.
-		defer o.running.Store(false)
-		return err
-	}
+	defer o.closeRelays(nil)
 
 	// stop ends fetching; hard, ShutdownTimeout later, cancels what is still in flight.
 	stop := ctx
@@ -57,18 +70,27 @@ func (o *Outboxer) Run(ctx context.Context) error {
 	}()
 
 	var wg sync.WaitGroup
-	owner := newOwner()
+	owner := o.owner
 	for _, name := range o.Outboxes() {
 		ob := o.outboxes[name]
 		ob.mu.Lock()
 		ob.workers = nil
 		for p := range ob.cfg.Partitions {
 			w := newWorker(o, ob, p, owner)
+			w.bal = ob.bal
 			ob.workers = append(ob.workers, w)
 			wg.Go(func() { w.loop(stop, hard) })
 		}
 		ob.mu.Unlock()
 	}
+	// The membership runs on until the workers have given their partitions back.
+	members, endMembers := context.WithCancel(context.WithoutCancel(ctx))
+	var mwg sync.WaitGroup
+	mwg.Go(func() { o.members(members, stop) })
+	defer func() {
+		endMembers()
+		mwg.Wait()
+	}()
 	if o.cfg.Notify {
 		wg.Go(func() { o.listen(stop) })
 	}
@@ -81,6 +103,8 @@ func (o *Outboxer) Run(ctx context.Context) error {
 	}
 	o.cfg.Logger.Info("outboxer: running", "outboxer", o.cfg.Name, "outboxes", len(o.outboxes), "owner", owner)
 	wg.Wait()
+	endMembers()
+	mwg.Wait()
 	o.cfg.Logger.Info("outboxer: stopped", "outboxer", o.cfg.Name)
 	return nil
 }
@@ -90,10 +114,10 @@ func (o *Outboxer) prepareRun(ctx context.Context) error {
 	for _, name := range o.Outboxes() {
 		ob := o.outboxes[name]
 		if err := o.checkPartitions(ctx, ob); err != nil {
-			return err
+			return startUpError(ob, err)
 		}
 		if err := o.ensureLeases(ctx, ob, ob.cfg.Paused, true); err != nil {
-			return err
+			return startUpError(ob, err)
 		}
 		if ob.cfg.Paused {
 			if err := o.Pause(ctx, name); err != nil {
@@ -105,26 +129,27 @@ func (o *Outboxer) prepareRun(ctx context.Context) error {
 }
 
 // startRelays starts every distinct relay that is a Starter, in outbox order.
-func (o *Outboxer) startRelays(ctx context.Context) error {
-	seen := map[Relay]bool{}
+// It skips the relays in started, and adds those it starts.
+func (o *Outboxer) startRelays(ctx context.Context, started map[Relay]bool) error {
 	for _, name := range o.Outboxes() {
 		r := o.outboxes[name].cfg.Relay
-		if s, ok := r.(Starter); ok && !seen[r] {
-			seen[r] = true
+		if s, ok := r.(Starter); ok && !started[r] {
 			if err := s.Start(ctx); err != nil {
 				return fmt.Errorf("outboxer: start relay of %q: %w", name, err)
 			}
+			started[r] = true
 		}
 	}
 	return nil
 }
 
-// closeRelays closes every distinct relay that is a Closer (started or not).
-func (o *Outboxer) closeRelays() {
+// closeRelays closes every distinct relay that is a Closer (started or not), or, when
+// only is not nil, those of them in only.
+func (o *Outboxer) closeRelays(only map[Relay]bool) {
 	seen := map[Relay]bool{}
 	for _, name := range o.Outboxes() {
 		r := o.outboxes[name].cfg.Relay
-		if c, ok := r.(Closer); ok && !seen[r] {
+		if c, ok := r.(Closer); ok && !seen[r] && (only == nil || only[r]) {
 			seen[r] = true
 			if err := c.Close(); err != nil {
 				o.cfg.Logger.Warn("outboxer: close relay", "outbox", name, "err", err)
@@ -139,23 +164,34 @@ func (w *worker) loop(stop, hard context.Context) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(stop), 5*time.Second)
 		defer cancel()
 		w.release(ctx)
+		w.settle()
 	}()
 	wake := w.ob.wake[w.part]
 	failures := 0
 	var soon []time.Duration // re-checks after a publish in a transaction that may not have committed yet
 	for stop.Err() == nil {
+		w.settle()
 		if !w.held {
-			ok, err := w.acquire(stop)
-			if err != nil && stop.Err() == nil {
-				w.log.Warn("outboxer: cannot take partition", "err", err)
-			}
-			if !ok {
-				// Someone else has it, or the database is away: look again later.
-				if !sleep(stop, w.lease()/4) {
+			if !w.take(stop) {
+				// The node has its share, someone else has the partition, or the
+				// database is away: look again later, or when the partition is offered.
+				if !w.await(stop, wake) {
 					return
 				}
 				continue
 			}
+			failures, soon = 0, nil
+		}
+		if w.bal != nil && w.bal.surplus() {
+			// The node holds more than its share: the batch in flight is confirmed; give
+			// the partition back, and tell the other nodes.
+			w.counted = false
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(stop), 5*time.Second)
+			w.release(ctx)
+			w.o.announce(ctx, w.ob)
+			cancel()
+			w.log.Info("outboxer: partition given back to balance the nodes")
+			continue
 		}
 		n, err := w.step(stop, hard)
 		switch {
@@ -197,6 +233,56 @@ func (w *worker) loop(stop, hard context.Context) {
 			soon = []time.Duration{time.Millisecond, 4 * time.Millisecond, 16 * time.Millisecond, 64 * time.Millisecond}
 		case wakeRecheck:
 			w.renewedAt = time.Time{} // read the paused flag now
+		}
+	}
+}
+
+// settle stops counting the partition in the node's share once the worker no longer
+// holds it (lost, or released).
+func (w *worker) settle() {
+	if w.counted && !w.held {
+		w.counted = false
+		w.bal.unclaim()
+	}
+}
+
+// take tries to take the partition, within the node's share. It reports whether the
+// worker holds it.
+func (w *worker) take(stop context.Context) bool {
+	if w.bal != nil {
+		if !w.bal.claim() {
+			return false
+		}
+		w.counted = true
+	}
+	ok, err := w.acquire(stop)
+	if err != nil && stop.Err() == nil {
+		w.log.Warn("outboxer: cannot take partition", "err", err)
+	}
+	if !ok && w.counted {
+		w.counted = false
+		w.bal.unclaim()
+	}
+	return ok
+}
+
+// await waits before a worker that holds nothing looks again: a quarter lease, or until
+// the membership loop offers it the partition (free while the node is below its share;
+// see offerFree). It returns false when stop is done.
+func (w *worker) await(stop context.Context, wake <-chan wakeKind) bool {
+	t := time.NewTimer(w.lease() / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop.Done():
+			return false
+		case k := <-wake:
+			if k == wakeTake {
+				return true
+			}
+			// A wake-up for the holder of the partition: not this worker's business.
+		case <-t.C:
+			return true
 		}
 	}
 }

@@ -44,6 +44,10 @@ type worker struct {
 	pauses uint64
 	// hooks, when set, sees every confirmed outcome (Drain counts with it).
 	hooks func(outcome)
+	// bal, under Run, is the node's share of the outbox's partitions; counted says
+	// whether this worker's partition counts in it (held, or being taken).
+	bal     *balance
+	counted bool
 }
 
 // totalGroup stands for the whole partition in OrderTotal.
@@ -72,13 +76,13 @@ func relayName(r Relay) string {
 	return reflect.TypeOf(r).String()
 }
 
-// newOwner names a worker for the lease table: host, process and a random suffix, so two
-// runs never share a name.
-func newOwner() string {
+// newOwner names a node for the lease and node tables: the instance's name, host,
+// process and a random suffix, so two instances never share a name.
+func newOwner(name string) string {
 	host, _ := os.Hostname()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
+	return fmt.Sprintf("%s@%s/%d/%s", name, host, os.Getpid(), hex.EncodeToString(b))
 }
 
 func (w *worker) lease() time.Duration { return w.o.cfg.LeaseDuration }

@@ -516,10 +516,18 @@ func TestRelayLifecycleAndHooks(t *testing.T) {
 	if !slices.Equal(got, want) && !slices.Equal(got, held) {
 		t.Errorf("events:\n%q\nwant\n%q\nor\n%q", got, want, held)
 	}
-	// A relay that cannot start fails Run.
+	// A relay that cannot start: Run tries again until its context ends, and says why.
 	bad := &lifecycleRelay{startErr: errors.New("no broker")}
 	ob2 := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {Relay: bad}}})
-	if err := ob2.Run(ctx); err == nil || !errors.Is(err, bad.startErr) {
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := ob2.Run(short); !errors.Is(err, bad.startErr) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Run with a failing Start: %v", err)
+	}
+	// A Start error marked Permanent fails Run at once.
+	worse := &lifecycleRelay{startErr: core.Permanent(errors.New("no such topic"))}
+	ob3 := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {Relay: worse}}})
+	if err := ob3.Run(ctx); !errors.Is(err, worse.startErr) {
 		t.Errorf("Run with a failing Start: %v", err)
 	}
 }

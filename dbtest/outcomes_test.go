@@ -387,6 +387,60 @@ func TestShutdownCancellationIsNotAnAttempt(t *testing.T) {
 	})
 }
 
+// Issue 16, finding 7c, the other cancellation the engine makes: a delivery cut short
+// because the partition's lease could run out before it ends is not a failed attempt
+// either. The first batch starts late (its start hook stalls the worker, as a long GC
+// pause or a starved CPU would), so the lease ends before the delivery timeout; the
+// relay sees the lease as its context's cause. With MaxAttempts 1, a cut counted as an
+// attempt would make the message dead; it must stay pending and go on the next batch.
+func TestLeaseDeadlineCancellationIsNotAnAttempt(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		for _, tx := range []bool{false, true} {
+			t.Run(map[bool]string{false: "Deliver", true: "DeliverTx"}[tx], func(t *testing.T) {
+				var calls atomic.Int32
+				causes := make(chan error, 1)
+				var relay core.Relay = core.RelayFunc(func(ctx context.Context, batch []core.Envelope) error {
+					if calls.Add(1) == 1 {
+						<-ctx.Done()
+						causes <- context.Cause(ctx)
+						return ctx.Err()
+					}
+					return nil
+				})
+				if tx {
+					relay = blockingTxRelay{relay}
+				}
+				var stalls atomic.Int32
+				box := map[bool]string{false: "plain", true: "tx"}[tx]
+				ob := setup(t, db, core.Config{
+					LeaseDuration: 2 * time.Second,
+					Hooks: core.Hooks{OnBatchStart: func(core.BatchEvent) {
+						if stalls.Add(1) == 1 {
+							time.Sleep(1400 * time.Millisecond) // the lease has 0.6 s left, the delivery timeout is 1 s
+						}
+					}},
+					Outboxes: map[string]core.OutboxConfig{box: {
+						Relay: relay, MaxAttempts: 1, PollInterval: 10 * time.Millisecond, DeliveryTimeout: time.Second}}})
+				env := publish(t, ob, db.DB, event{Box: box, Seq: 1})[0]
+				run(t, ob)
+				select {
+				case cause := <-causes:
+					if cause == nil || !strings.Contains(cause.Error(), "lease") {
+						t.Fatalf("the first delivery ended with cause %v, want the lease's", cause)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatal("the first delivery never ended")
+				}
+				eventually(t, 30*time.Second, "the message delivered on the next batch", func() bool { return calls.Load() >= 2 })
+				eventually(t, 30*time.Second, "the delivery confirmed", func() bool { return counts(t, ob, box).Pending == 0 })
+				if c := counts(t, ob, box); c.Dead != 0 {
+					t.Fatalf("counts %+v: the cut delivery made message %d dead", c, env.ID)
+				}
+			})
+		}
+	})
+}
+
 type blockingTxRelay struct{ core.Relay }
 
 func (r blockingTxRelay) DeliverTx(ctx context.Context, _ *sql.Tx, batch []core.Envelope) error {
@@ -394,7 +448,7 @@ func (r blockingTxRelay) DeliverTx(ctx context.Context, _ *sql.Tx, batch []core.
 }
 
 // Issue 16, finding 7d: Run can be called again after it failed while starting (here, on
-// tables not migrated yet).
+// tables not migrated yet, until its context ended).
 func TestRunAgainAfterAFailedStart(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
@@ -404,8 +458,11 @@ func TestRunAgainAfterAFailedStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ob.Run(ctx); err == nil || errors.Is(err, core.ErrAlreadyRunning) {
-			t.Fatalf("Run on tables not migrated: %v, want an error of the start-up", err)
+		// Run waits for the migration until its context ends (issue 18, item 1).
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if err := ob.Run(short); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, core.ErrNotMigrated) {
+			t.Fatalf("Run on tables not migrated: %v, want an error matching its context's and ErrNotMigrated", err)
 		}
 		if err := ob.Migrate(ctx); err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jmoiron/sqlx v1.4.0
 	github.com/outboxer-go/outboxer v0.1.0
+	github.com/outboxer-go/outboxer/examples/ent/ent v0.1.0
 	github.com/outboxer-go/outboxer/otel v0.1.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/riverqueue/river v0.51.2

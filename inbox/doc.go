@@ -31,6 +31,13 @@
 // first may fail with SQLITE_BUSY instead of waiting). On PostgreSQL, use READ
 // COMMITTED (the default): at REPEATABLE READ or SERIALIZABLE the second fails with a
 // serialization error instead, which a retry of the transaction turns into Duplicate.
+// On MariaDB, when two or more consumers wait on a key and the first rolls back, the
+// waiters can deadlock on it (InnoDB's shared-then-exclusive lock of a duplicate
+// insert): one claims, and the others fail with error 1213 (SQLSTATE 40001), which a
+// retry turns into Duplicate. Neither error runs the handler twice: Handle (and the
+// consumer helpers built on it) runs such a transaction again by itself, up to
+// HandleAttempts times; a consumer calling Claim in a transaction of its own retries
+// it, as after any deadlock.
 //
 // # The dedup window
 //
@@ -45,6 +52,9 @@
 // delivered row can stay pending: a lease takeover and the backoff after a failed
 // confirmation, normally seconds, but as long as the outbox's database stays
 // unreachable. A dead message that is retried (RetryDead) after the window runs again.
+// On MariaDB a prune can deadlock with the claims running at the same time (error
+// 1213): Run tries again at its next tick, and a consumer whose transaction was the
+// victim rolled back; Handle runs it again.
 //
 // # The stale check (optional)
 //
@@ -58,5 +68,9 @@
 // consumers of one group run in parallel. The message's record is written all the
 // same; the handler decides in the same transaction (skip it, process it anyway, or
 // dead-letter it). Group marks not raised within the window are pruned with the
-// records.
+// records. GroupOf names a group by its outbox and group key only, not by the
+// database or table (the consumer helpers receive no more): when one consumer receives
+// the messages of several databases or outbox tables whose outboxes share a name,
+// their IDs are compared as one sequence and one database's messages come out Stale
+// behind another's; give those outboxes different names, or leave the check off.
 package inbox

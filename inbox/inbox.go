@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"regexp"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -97,11 +99,18 @@ type Message struct {
 	Seq   int64
 }
 
-// GroupOf is the Message.Group of an outbox message: its outbox and group key. It is
-// "" (no stale check) for an unordered message.
+// GroupOf is the Message.Group of an outbox message: its outbox and group key, joined
+// by a '/'. It is "" (no stale check) for an unordered message. A '%' or '/' in the
+// outbox name is escaped (%25, %2F), so that two pairs never give one group (outbox
+// "orders/eu" with key "x", outbox "orders" with key "eu/x"); other names are as they
+// are. (An outbox name of many such characters can make a group longer than
+// MaxGroupLen, which Claim refuses.)
 func GroupOf(outbox, groupKey string) string {
 	if groupKey == "" {
 		return ""
+	}
+	if strings.ContainsAny(outbox, "%/") {
+		outbox = strings.ReplaceAll(strings.ReplaceAll(outbox, "%", "%25"), "/", "%2F")
 	}
 	return outbox + "/" + groupKey
 }
@@ -239,13 +248,20 @@ func (in *Inbox) CheckRedelivery(source string, bound time.Duration) error {
 // racing on a key, exactly one runs its handler to a commit. On SQLite writers are
 // serialised: the second consumer's transaction waits for the first's as a whole.
 //
-// exec must be a transaction (autocommit would make the record permanent before the
-// handler ran); Claim cannot check that for every executor, so it is the caller's part.
+// exec must be a transaction: in autocommit the record would be permanent before the
+// handler ran, and a handler that then failed would leave the message recorded but
+// never handled (its redelivery a Duplicate). Claim refuses, with an error matching
+// core.ErrInvalidExecutor, a nil executor, a *sql.DB, a *sql.Conn and a
+// core.Transactional that reports it is not in a transaction; for other executors it
+// cannot tell, and it is the caller's part.
 func (in *Inbox) Claim(ctx context.Context, exec core.Executor, consumer string, m Message) (Outcome, error) {
 	if err := checkText("consumer", consumer, MaxConsumerLen, false); err != nil {
 		return 0, err
 	}
 	if err := checkText("key", m.Key, MaxKeyLen, false); err != nil {
+		return 0, err
+	}
+	if err := checkTx(exec); err != nil {
 		return 0, err
 	}
 	check := in.cfg.StaleCheck && m.Group != ""
@@ -268,25 +284,48 @@ func (in *Inbox) Claim(ctx context.Context, exec core.Executor, consumer string,
 	}
 	// The group's mark: a new group gets the message's Seq, an existing one is raised
 	// to it when it is lower; neither means a later message of the group came first.
-	res, err = exec.ExecContext(ctx, in.sql.claimGroup, consumer, m.Group, m.Seq)
-	if err != nil {
-		return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+	// Unless the pruner deleted the mark (not raised within the window) between the two
+	// statements: on PostgreSQL the insert's conflict check takes no lock, so the raise
+	// can find no row. The second round inserts the mark then; a mark inserted since
+	// by another consumer is new, so the pruner cannot take it again.
+	for round := 0; ; round++ {
+		res, err = exec.ExecContext(ctx, in.sql.claimGroup, consumer, m.Group, m.Seq)
+		if err != nil {
+			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+		} else if n == 1 {
+			return Claimed, nil
+		}
+		res, err = exec.ExecContext(ctx, in.sql.raiseGroup, m.Seq, consumer, m.Group, m.Seq)
+		if err != nil {
+			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+		} else if n == 1 {
+			return Claimed, nil
+		}
+		if round == 1 {
+			return Stale, nil
+		}
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
-	} else if n == 1 {
-		return Claimed, nil
+}
+
+// checkTx refuses the executors known not to be transactions.
+func checkTx(exec core.Executor) error {
+	inTx := true
+	switch e := exec.(type) {
+	case nil, *sql.DB, *sql.Conn:
+		inTx = false
+	case core.Transactional:
+		inTx = e.InTransaction()
 	}
-	res, err = exec.ExecContext(ctx, in.sql.raiseGroup, m.Seq, consumer, m.Group, m.Seq)
-	if err != nil {
-		return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
+	if !inTx {
+		return fmt.Errorf("%w: inbox: Claim needs the consumer's transaction, got %T", core.ErrInvalidExecutor, exec)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
-	} else if n == 0 {
-		return Stale, nil
-	}
-	return Claimed, nil
+	return nil
 }
 
 func checkText(what, s string, maxLen int, empty bool) error {
@@ -315,7 +354,37 @@ type Handler func(ctx context.Context, tx *sql.Tx, o Outcome) error
 // Duplicate without calling h for a duplicate, h's error (wrapped) after rolling back,
 // or the outcome after a commit. Only then may the consumer acknowledge the message to
 // its broker.
+//
+// A transaction that fails with a serialization failure or a deadlock (SQLSTATE 40001
+// or 40P01: two MariaDB consumers waiting on a key whose first claimer rolled back, a
+// prune running beside the claims, a PostgreSQL consumer at REPEATABLE READ) is rolled
+// back and run again, up to HandleAttempts times in all, so such a race never stops a
+// consumer: the run after it finds the winner's record (Duplicate) or claims the
+// message. h may therefore be called more than once for m, each time in a new
+// transaction whose earlier writes were rolled back; keep effects outside the database
+// out of it, as for any handler whose transaction can fail.
 func (in *Inbox) Handle(ctx context.Context, consumer string, m Message, h Handler) (Outcome, error) {
+	for attempt := 1; ; attempt++ {
+		o, err := in.handleOnce(ctx, consumer, m, h)
+		if err == nil || attempt >= HandleAttempts || !retryable(err) {
+			return o, err
+		}
+		// A short pause, longer each time, lets the winner of the race commit first.
+		t := time.NewTimer(time.Duration(attempt*attempt) * 5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, err
+		case <-t.C:
+		}
+	}
+}
+
+// HandleAttempts is how many times Handle runs a message's transaction that keeps
+// failing with a serialization failure or a deadlock before it returns the error.
+const HandleAttempts = 5
+
+func (in *Inbox) handleOnce(ctx context.Context, consumer string, m Message, h Handler) (Outcome, error) {
 	tx, err := in.cfg.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: begin: %w", err)
@@ -335,6 +404,57 @@ func (in *Inbox) Handle(ctx context.Context, consumer string, m Message, h Handl
 		return 0, fmt.Errorf("inbox: commit %q: %w", m.Key, err)
 	}
 	return o, nil
+}
+
+// retryable reports whether err is a serialization failure or a deadlock, found by
+// its SQLSTATE without importing a driver: a SQLState() method (pgx, lib/pq) or a
+// [5]byte SQLState field (go-sql-driver/mysql's MySQLError, whose deadlock 1213 and
+// lock wait timeouts in a serializable transaction carry 40001).
+func retryable(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		return serializationState(st.SQLState())
+	}
+	for _, e := range errorChain(err) {
+		v := reflect.ValueOf(e)
+		if v.Kind() == reflect.Pointer {
+			v = v.Elem()
+		}
+		if v.Kind() != reflect.Struct {
+			continue
+		}
+		f := v.FieldByName("SQLState")
+		if f.IsValid() && f.Kind() == reflect.Array && f.Len() == 5 && f.Type().Elem().Kind() == reflect.Uint8 {
+			var b [5]byte
+			reflect.Copy(reflect.ValueOf(b[:]), f)
+			return serializationState(string(b[:]))
+		}
+	}
+	return false
+}
+
+func serializationState(s string) bool { return s == "40001" || s == "40P01" }
+
+// errorChain lists err and every error it wraps, depth first.
+func errorChain(err error) []error {
+	var out []error
+	var walk func(error)
+	walk = func(e error) {
+		if e == nil {
+			return
+		}
+		out = append(out, e)
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		case interface{ Unwrap() []error }:
+			for _, x := range u.Unwrap() {
+				walk(x)
+			}
+		}
+	}
+	walk(err)
+	return out
 }
 
 // Prune deletes the records older than the window and the group marks not raised

@@ -41,6 +41,21 @@ ensure MariaDB 127.0.0.1 3306 60 start-stop-daemon --start --oknodo --background
 ensure RabbitMQ 127.0.0.1 5672 120 rabbitmq-server -detached
 ensure NATS 127.0.0.1 4222 30 start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
 
+# pgbouncer_start installs Debian's pgbouncer if missing, writes its configuration from
+# scripts/pgbouncer.ini and starts it as the postgres user (it refuses to run as root).
+pgbouncer_start() {
+	if ! dpkg -s pgbouncer >/dev/null 2>&1; then
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer || return 1
+	fi
+	local dir=/tmp/outboxer-pgbouncer
+	mkdir -p "$dir" && chown postgres "$dir" || return 1
+	sed "s|@DIR@|$dir|g" "$(dirname "$0")/pgbouncer.ini" >"$dir/pgbouncer.ini"
+	echo '"postgres" ""' >"$dir/userlist.txt"
+	chown postgres "$dir"/* && runuser -u postgres -- pgbouncer -d -q "$dir/pgbouncer.ini"
+}
+
+ensure PgBouncer 127.0.0.1 6432 30 pgbouncer_start
+
 if [ "$failed" = 1 ] && [ -n "${CI:-}" ]; then
 	echo "services: a service the tests need is down (CI is set: failing)" >&2
 	exit 1

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	entgo.io/ent v0.14.5
+	github.com/mattn/go-sqlite3 v1.14.17
 	github.com/outboxer-go/outboxer v0.1.0
 )
 

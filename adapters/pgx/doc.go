@@ -38,6 +38,13 @@
 // gone with the rows written inside it, while those published before or after it commit
 // with the outer transaction.
 //
+// # Notify behind a pooler
+//
+// NewListener gives core.Config.NotifyListener sessions of their own on pgx connections:
+// the instance's DB may go through PgBouncer, RDS Proxy or Supavisor in transaction mode
+// (where LISTEN does not stay on a session) or use another driver, while the relay
+// listens on PostgreSQL itself.
+//
 // # Migrations
 //
 // Migrate and MigrateDown run core.MigrationSQL's PostgreSQL DDL through pgx in one

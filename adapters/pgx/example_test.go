@@ -2,6 +2,7 @@ package pgxoutbox_test
 
 import (
 	"context"
+	"database/sql"
 	"log"
 
 	"github.com/jackc/pgx/v5"
@@ -45,3 +46,27 @@ func Example() {
 		log.Fatal(err)
 	}
 }
+
+// An instance whose DB goes through PgBouncer in transaction mode listens for
+// notifications on a connection of its own, straight to PostgreSQL.
+func ExampleNewListener() {
+	ctx := context.Background()
+	pooled, err := sql.Open("pgx", "postgres://app@pgbouncer:6432/shop?default_query_exec_mode=exec")
+	if err != nil {
+		log.Fatal(err)
+	}
+	listener, err := pgxoutbox.NewListener("postgres://app@db:5432/shop")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ob, err := core.New(core.Config{DB: pooled, Notify: true, NotifyListener: listener,
+		Outboxes: map[string]core.OutboxConfig{"orders": {Relay: relay}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := ob.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+var relay = core.RelayFunc(func(context.Context, []core.Envelope) error { return nil })

@@ -404,6 +404,14 @@ type partitionJSON struct {
 	Paused        bool       `json:"paused"`
 }
 
+type nodeJSON struct {
+	Node          string    `json:"node"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	MaxPartitions int       `json:"max_partitions"`
+	Share         int       `json:"share"`
+	Partitions    []int     `json:"partitions"`
+}
+
 type statusJSON struct {
 	Outbox        string          `json:"outbox"`
 	Backlog       int64           `json:"backlog"`
@@ -414,6 +422,7 @@ type statusJSON struct {
 	Paused        bool            `json:"paused"`
 	Owners        map[string]int  `json:"owners"`
 	Unowned       []int           `json:"unowned"`
+	Nodes         []nodeJSON      `json:"nodes"`
 	Problems      []string        `json:"problems,omitempty"`
 	Partitions    []partitionJSON `json:"partitions"`
 }
@@ -477,7 +486,11 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		st := statusJSON{
 			Outbox: h.Outbox, Backlog: h.Pending, Retrying: h.Retrying, Scheduled: h.Scheduled,
 			OldestSeconds: h.OldestAge.Seconds(), Dead: h.Dead, Paused: h.Paused,
-			Owners: h.Owners, Unowned: h.Unowned, Partitions: []partitionJSON{},
+			Owners: h.Owners, Unowned: h.Unowned, Partitions: []partitionJSON{}, Nodes: []nodeJSON{},
+		}
+		for _, n := range h.Nodes {
+			st.Nodes = append(st.Nodes, nodeJSON{Node: n.Node, LastHeartbeat: n.LastHeartbeat.UTC(),
+				MaxPartitions: n.MaxPartitions, Share: n.Share, Partitions: n.Partitions})
 		}
 		for _, p := range h.Partitions {
 			pj := partitionJSON{
@@ -550,6 +563,28 @@ func printStatus(e *env, out []statusJSON) error {
 		return err
 	}
 	fmt.Fprintln(e.stdout)
+	tw = newTable(e.stdout, "OUTBOX", "NODE", "HOLDS", "SHARE", "LAST HEARTBEAT")
+	nodes := 0
+	for _, st := range out {
+		for _, n := range st.Nodes {
+			nodes++
+			parts := make([]string, len(n.Partitions))
+			for i, p := range n.Partitions {
+				parts[i] = strconv.Itoa(p)
+			}
+			share := strconv.Itoa(n.Share)
+			if n.Share < 0 {
+				share = "all it can"
+			}
+			row(tw, st.Outbox, n.Node, orDash(strings.Join(parts, ",")), share, n.LastHeartbeat.Format(time.RFC3339Nano))
+		}
+	}
+	if nodes > 0 {
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(e.stdout)
+	}
 	tw = newTable(e.stdout, "OUTBOX", "PART", "BACKLOG", "OLDEST", "DEAD", "OWNER", "LEASE", "PAUSED")
 	for _, st := range out {
 		for _, p := range st.Partitions {

@@ -28,6 +28,7 @@ type relayConfig struct {
 	LeaseDuration   time.Duration           `yaml:"lease_duration" toml:"lease_duration"`
 	ShutdownTimeout time.Duration           `yaml:"shutdown_timeout" toml:"shutdown_timeout"`
 	PruneInterval   time.Duration           `yaml:"prune_interval" toml:"prune_interval"`
+	MaxPartitions   int                     `yaml:"max_partitions" toml:"max_partitions"`
 	Outboxes        map[string]outboxConfig `yaml:"outboxes" toml:"outboxes"`
 }
 
@@ -156,6 +157,7 @@ func (c *relayConfig) coreConfig() (core.Config, error) {
 		LeaseDuration:   c.LeaseDuration,
 		ShutdownTimeout: c.ShutdownTimeout,
 		PruneInterval:   c.PruneInterval,
+		MaxPartitions:   c.MaxPartitions,
 		Outboxes:        map[string]core.OutboxConfig{},
 	}
 	if cfg.Name == "" {

@@ -32,6 +32,7 @@
 //	outboxer pause   --outbox NAME... [--partitions N]
 //	outboxer resume  --outbox NAME...
 //	outboxer relay   --config relay.yaml [--check]
+//	outboxer ui      [--listen 127.0.0.1:8080] [--basic-auth USER:PASS] [--read-only]
 //
 // Without --outbox, the read-only commands cover every outbox found in the table (by its
 // messages or its partition rows). An outbox that has neither is unknown: the command
@@ -58,7 +59,8 @@
 //
 // status reads core's Health: per outbox the backlog, the messages waiting for a retry
 // and those scheduled for later, how long the oldest due message has waited (the lag),
-// the dead messages, the nodes owning partitions and the partitions nobody owns. With
+// the dead messages, the nodes owning partitions and the partitions nobody owns, and the
+// live relay nodes (each with the partitions it holds, its share and its last heartbeat). With
 // --check it also judges it, for cron jobs and probes: it prints the status, then one
 // line per problem on stderr, and exits 4 when there is any.
 //
@@ -70,12 +72,24 @@
 // --max-dead defaults to 0 (any dead message is a problem; -1 does not check), and
 // --max-age and --max-pending to 0 (not checked). These flags need --check.
 //
+// # Dashboard
+//
+// outboxer ui serves the web dashboard of package outboxerui (module ui) over the table
+// until interrupted: every outbox's backlog, lag, partitions and owners, its blocked
+// groups, filtered message lists and single messages, and retry, discard, pause and
+// resume after a confirmation page. It listens on 127.0.0.1:8080 unless --listen says
+// otherwise; --basic-auth (or $OUTBOXER_UI_BASIC_AUTH) requires a user and password on
+// every request, and --read-only hides the actions and refuses every change with 403.
+// Serving on a routable address without --basic-auth prints a warning.
+//
 // # Relay
 //
 // outboxer relay delivers outboxes as a configuration file says, YAML (.yaml, .yml) or
 // TOML (.toml), until SIGINT or SIGTERM; it then finishes the batches in flight,
 // releases its partitions and exits 0. Several relays may run on the same table: each
-// partition has one owner at a time.
+// partition has one owner at a time, and the relays share each outbox's partitions evenly
+// (max_partitions caps a relay's share; -1 takes it out of the share-out, to take every
+// partition nobody holds).
 //
 //	database:
 //	  dsn: ${OUTBOX_DSN}          # ${VAR} is read from the environment; --dsn overrides
@@ -83,6 +97,7 @@
 //	  notify: true                # PostgreSQL: wake on NOTIFY instead of polling
 //	lease_duration: 20s
 //	shutdown_timeout: 10s
+//	max_partitions: 0             # 0: a fair share of each outbox's partitions
 //	outboxes:
 //	  orders:
 //	    ordering: group           # group (default), total or none

@@ -17,6 +17,7 @@ require (
 	github.com/outboxer-go/outboxer/sinks/river v0.1.0
 	github.com/outboxer-go/outboxer/sinks/sqs v0.1.0
 	github.com/outboxer-go/outboxer/sinks/watermill v0.1.0
+	github.com/outboxer-go/outboxer/ui v0.1.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverdatabasesql v0.51.2
 	github.com/twmb/franz-go v1.22.3

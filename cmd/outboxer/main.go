@@ -70,6 +70,7 @@ func init() {
 		{"resume", "", "restart delivering a paused outbox", runResume},
 		{"status", "", "show each outbox and partition: backlog, lag, retries, dead, owners, paused; --check for probes", runStatus},
 		{"relay", "", "deliver outboxes to brokers, as configured in a YAML or TOML file (--config)", runRelay},
+		{"ui", "", "serve the web dashboard (loopback by default; --basic-auth, --read-only)", runUI},
 	}
 }
 
@@ -205,7 +206,7 @@ func newFlags(e *env, name string) *flagSet {
 	fs.StringVar(&fs.dsn, "dsn", os.Getenv("OUTBOXER_DSN"), "database: postgres:// URL or \"host=… user=… dbname=…\", mysql://user:pass@host:port/db or user:pass@tcp(host:port)/db, or a SQLite file path or file: URI (default $OUTBOXER_DSN)")
 	fs.StringVar(&fs.table, "table", "outboxer_messages", "message table")
 	fs.StringVar(&fs.schema, "schema", "", "PostgreSQL schema of the tables (default: the connection's search_path)")
-	if name != "relay" {
+	if name != "relay" && name != "ui" {
 		fs.DurationVar(&fs.timeout, "timeout", 30*time.Second, "time limit of the command")
 	}
 	fs.Usage = func() {

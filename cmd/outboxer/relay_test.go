@@ -263,6 +263,15 @@ func TestRelayDeliversHandWrittenRows(t *testing.T) {
 			}
 			return st[0].Backlog == 0 && len(st[0].Unowned) == 0 && len(st[0].Owners) == 1
 		})
+		// ... and lists it as the one live node, holding both, named by the relay's name.
+		st := decode[[]statusJSON](t, mustRun(t, "status", "--dsn", dsn, "--json"))
+		if n := st[0].Nodes; len(n) != 1 || !strings.HasPrefix(n[0].Node, "outboxer-relay@") || !strings.Contains(n[0].Node, "/"+pid+"/") ||
+			!slices.Equal(n[0].Partitions, []int{0, 1}) || n[0].Share != 2 || n[0].LastHeartbeat.IsZero() {
+			t.Fatalf("status nodes: %+v", n)
+		}
+		if out := mustRun(t, "status", "--dsn", dsn).stdout; !strings.Contains(out, "LAST HEARTBEAT") || !strings.Contains(out, st[0].Nodes[0].Node) {
+			t.Fatalf("status does not list the node:\n%s", out)
+		}
 
 		if code := p.stop(t); code != 0 {
 			t.Fatalf("relay exit code %d after SIGTERM\nstderr:\n%s", code, p.stderr)
@@ -271,7 +280,7 @@ func TestRelayDeliversHandWrittenRows(t *testing.T) {
 			t.Fatalf("relay did not log its graceful stop:\n%s", p.stderr)
 		}
 		// The partitions were released on the way out, and every row was delivered.
-		st := decode[[]statusJSON](t, mustRun(t, "status", "--dsn", dsn, "--json"))
+		st = decode[[]statusJSON](t, mustRun(t, "status", "--dsn", dsn, "--json"))
 		for _, part := range st[0].Partitions {
 			if part.LeaseHeld || part.Owner != "" {
 				t.Fatalf("partition %d still owned after the relay stopped: %+v", part.Partition, part)
@@ -370,6 +379,12 @@ func TestRelayConfigErrors(t *testing.T) {
 	t.Run("core options", func(t *testing.T) {
 		cfg := writeFile(t, "relay.yaml", "database: {dsn: \""+dsn+"\"}\noutboxes:\n  orders:\n    ordering: total\n    partitions: 4\n    sink: {type: stdout}\n")
 		wantFailure(t, cli(t, "", "relay", "--config", cfg), exitUsage, `Outboxes["orders"].Partitions: must be 1 with OrderTotal`)
+		cfg = writeFile(t, "relay.yaml", "database: {dsn: \""+dsn+"\"}\nmax_partitions: -2\noutboxes:\n  orders:\n    sink: {type: stdout}\n")
+		wantFailure(t, cli(t, "", "relay", "--config", cfg), exitUsage, `MaxPartitions: must be 0 (fair share), a positive cap or AllPartitions (-1), got -2`)
+		cfg = writeFile(t, "relay.yaml", "database: {dsn: \""+dsn+"\"}\nmax_partitions: 2\noutboxes:\n  orders:\n    sink: {type: stdout}\n")
+		if r := mustRun(t, "relay", "--config", cfg, "--check"); !strings.Contains(r.stdout, "is valid") {
+			t.Fatalf("max_partitions 2 --check: %v", r)
+		}
 	})
 	t.Run("unknown key", func(t *testing.T) {
 		cfg := writeFile(t, "relay.yaml", "database: {dsn: \""+dsn+"\"}\noutboxes:\n  orders:\n    batch: 5\n    sink: {type: stdout}\n")

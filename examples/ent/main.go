@@ -7,6 +7,8 @@
 // Then the relay delivers what committed.
 //
 // The ent code in ./ent is generated with the sql/execquery feature (go generate ./ent).
+// It is a module of its own only because the ent adapter's tests share it; in your
+// service it is a package of your module.
 //
 //	go run ./ent
 package main
@@ -101,14 +103,14 @@ func run(ctx context.Context, out io.Writer) error {
 	for id := int64(1); id <= 3; id++ {
 		err := entoutbox.InTx(ctx, ob, client.Tx, func(ctx context.Context, tx *ent.Tx, p *core.TxPublisher) error {
 			// The hook publishes OrderPlaced in this transaction.
-			if err := tx.Order.Create().SetID(id).Exec(ctx); err != nil {
+			if err := tx.Order.Create().SetID(id).SetNote("two books").Exec(ctx); err != nil {
 				return err
 			}
 			if id == 2 {
 				return errors.New("payment declined") // the order and its event are rolled back
 			}
 			err := entoutbox.Savepoint(ctx, tx, "gift_wrap", func() error {
-				if err := tx.Order.UpdateOneID(id).SetWrapped(true).Exec(ctx); err != nil {
+				if err := tx.Order.UpdateOneID(id).SetNote("two books, gift-wrapped").Exec(ctx); err != nil {
 					return err
 				}
 				if _, err := p.Publish(ctx, GiftWrapped{OrderID: id}); err != nil {

@@ -56,25 +56,31 @@ func NewInboxWorker[T river.JobArgs](in *inbox.Inbox, consumer string, handle Jo
 // MessageOf returns what the inbox needs of a job the sink inserted, from its metadata:
 // its key (MetadataKey) and, for the inbox's stale check, its group (the outbox and
 // MetadataGroupKey, see inbox.GroupOf) and position (MetadataID). It returns an error
-// matching inbox.ErrNoKey when the job has no key (the sink did not insert it).
+// matching inbox.ErrNoKey when the job has no key (the sink did not insert it). The
+// names are matched exactly: metadata of the user's own under a name that differs in
+// case (which Go's JSON decoder would take for a struct field) is not the key.
 func MessageOf(metadata []byte) (inbox.Message, error) {
-	var m struct {
-		Key    string `json:"outboxer-key"`
-		ID     int64  `json:"outboxer_id"`
-		Outbox string `json:"outboxer_outbox"`
-		Group  string `json:"outboxer_group_key"`
-	}
+	var raw map[string]json.RawMessage
 	if len(metadata) > 0 {
-		if err := json.Unmarshal(metadata, &m); err != nil {
+		if err := json.Unmarshal(metadata, &raw); err != nil {
 			return inbox.Message{}, fmt.Errorf("riversink: job metadata: %w", err)
 		}
 	}
-	if m.Key == "" {
+	var key, outbox, group string
+	var id int64
+	for name, v := range map[string]any{MetadataKey: &key, MetadataID: &id, MetadataOutbox: &outbox, MetadataGroupKey: &group} {
+		if r, ok := raw[name]; ok {
+			if err := json.Unmarshal(r, v); err != nil {
+				return inbox.Message{}, fmt.Errorf("riversink: job metadata %s: %w", name, err)
+			}
+		}
+	}
+	if key == "" {
 		return inbox.Message{}, fmt.Errorf("riversink: job metadata: %w", inbox.ErrNoKey)
 	}
-	msg := inbox.Message{Key: m.Key}
-	if m.ID > 0 {
-		msg.Seq, msg.Group = m.ID, inbox.GroupOf(m.Outbox, m.Group)
+	msg := inbox.Message{Key: key}
+	if id > 0 {
+		msg.Seq, msg.Group = id, inbox.GroupOf(outbox, group)
 	}
 	return msg, nil
 }

@@ -14,19 +14,24 @@ import (
 
 // MessageOf returns what the inbox needs of a message published by the sink: its key
 // and, for the stale check, its group (the outbox and MetadataGroupKey, see
-// inbox.GroupOf) and position (MetadataID). The key is the message's core.HeaderKey
-// metadata when a publisher put one there, or else its UUID, which the sink derives
-// from the row (MessageUUID, the same as core.MessageKey for the empty source). It
-// returns an error matching inbox.ErrNoKey for a message that carries neither the key
-// nor MetadataID (one the sink did not publish: its UUID says nothing of a redelivery).
+// inbox.GroupOf) and position (MetadataID). For a message the sink published (it
+// carries MetadataID) the key is its UUID, which the sink derives from the row
+// (MessageUUID, the same as core.MessageKey for the empty source); for another
+// message, its core.HeaderKey metadata (a Kafka record of the Kafka sink read through
+// Watermill, say). The UUID comes first because the sink copies the envelope's headers
+// into the metadata: an envelope whose headers carry the key of the message its
+// publisher was handling (headers forwarded whole) would otherwise be taken for that
+// message. It returns an error matching inbox.ErrNoKey for a message that carries
+// neither the key nor MetadataID (one the sink did not publish: its UUID says nothing
+// of a redelivery).
 func MessageOf(msg *message.Message) (inbox.Message, error) {
 	var m inbox.Message
 	id, idErr := strconv.ParseInt(msg.Metadata.Get(MetadataID), 10, 64)
 	switch {
-	case msg.Metadata.Get(core.HeaderKey) != "":
-		m.Key = msg.Metadata.Get(core.HeaderKey)
 	case idErr == nil && msg.UUID != "":
 		m.Key = msg.UUID
+	case msg.Metadata.Get(core.HeaderKey) != "":
+		m.Key = msg.Metadata.Get(core.HeaderKey)
 	default:
 		return m, fmt.Errorf("watermillsink: message %s: %w (and no %s)", msg.UUID, inbox.ErrNoKey, MetadataID)
 	}

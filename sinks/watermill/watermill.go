@@ -69,7 +69,9 @@ type Options struct {
 	// fails its whole run (the publisher does not say which of its messages went out),
 	// so the messages of that run that did go out are delivered again on the retry, with
 	// the same UUIDs. Larger runs save round trips on publishers that batch; a
-	// PerMessagePublisher is called with runs of this size and reports per message.
+	// PerMessagePublisher is called with runs of this size and reports per message; its
+	// runs hold at most one message of each group key, so that a message it fails never
+	// has a later message of its group published before it (its retry would come after).
 	PublishBatchSize int
 }
 
@@ -177,8 +179,21 @@ func (s *Sink) Deliver(ctx context.Context, batch []core.Envelope) error {
 			return holdBack(map[int64]error{env.ID: err}, batch[i+1:], ErrEarlierFailed)
 		}
 		// A run: consecutive publishable messages with the same topic, at most runSize.
+		// A PerMessagePublisher may publish a run's later messages past a failed one, so
+		// its runs hold at most one message of each group: a failure then never lets a
+		// later message of its group out before it.
+		var groups map[string]bool
+		if s.each != nil && s.runSize > 1 {
+			groups = map[string]bool{env.GroupKey: true}
+		}
 		j := i + 1
 		for j < len(batch) && j-i < s.runSize && topics[j] == topics[i] && s.check(&batch[j], topics[j]) == nil {
+			if groups != nil && batch[j].GroupKey != "" {
+				if groups[batch[j].GroupKey] {
+					break
+				}
+				groups[batch[j].GroupKey] = true
+			}
 			j++
 		}
 		run := batch[i:j]

@@ -228,8 +228,15 @@ func check(root string) error {
 			problems = append(problems, fmt.Sprintf("%s/go.mod: replace %s (go.work joins the modules for development)", m.Dir, r.Old.Path))
 		}
 		for _, r := range gm.Require {
-			if slices.Contains(v.Modules, r.Path) && r.Version != v.Version {
+			i := slices.IndexFunc(mods, func(x module) bool { return x.Path == r.Path })
+			if i < 0 {
+				continue
+			}
+			if r.Version != v.Version {
 				problems = append(problems, fmt.Sprintf("%s/go.mod: requires %s %s, versions.yaml says %s", m.Dir, r.Path, r.Version, v.Version))
+			}
+			if m.Released && !mods[i].Released {
+				problems = append(problems, fmt.Sprintf("%s/go.mod: requires %s, which is never published (released modules require only released ones)", m.Dir, r.Path))
 			}
 		}
 		if m.Released && gm.Go != "1.26" && gm.Go != "1.26.0" {
@@ -318,7 +325,7 @@ func release(root, version string) error {
 		}
 		var args []string
 		for _, r := range gm.Require {
-			if slices.Contains(v.Modules, r.Path) {
+			if slices.ContainsFunc(mods, func(x module) bool { return x.Path == r.Path }) {
 				args = append(args, "-require="+r.Path+"@"+version)
 			}
 		}
@@ -642,11 +649,11 @@ func newClone(root string, v versions, mods []module, version string) (*clone, e
 			return nil, err
 		}
 	}
+	// Every module is tagged, the unpublished too: a development module may require
+	// another (the ent example's generated code, which the ent adapter's tests share).
 	for _, m := range mods {
-		if m.Released {
-			if err := c.run(c.dir, "git", "tag", m.tagPrefix()+version); err != nil {
-				return nil, err
-			}
+		if err := c.run(c.dir, "git", "tag", m.tagPrefix()+version); err != nil {
+			return nil, err
 		}
 	}
 	ok = true
@@ -751,7 +758,8 @@ func copyFile(src, dst string) error {
 }
 
 // devProxy writes, under dir, a file module proxy (GOPROXY=file://dir) that serves each
-// released module at the version of versions.yaml with a go.mod naming only the module.
+// module of go.work (released, or required by another development module) at the version
+// of versions.yaml with a go.mod naming only the module.
 //
 // In workspace mode the go command builds every released module from its directory, but
 // it still reads the go.mod of the version the other modules require (for their go.sum
@@ -763,10 +771,15 @@ func devProxy(root, dir string) error {
 	if err != nil {
 		return err
 	}
+	mods, err := workspace(root, v)
+	if err != nil {
+		return err
+	}
 	if !filepath.IsAbs(dir) {
 		dir = filepath.Join(root, dir)
 	}
-	for _, p := range v.Modules {
+	for _, m := range mods {
+		p := m.Path
 		d := filepath.Join(dir, filepath.FromSlash(p), "@v")
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err

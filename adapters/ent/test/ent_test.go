@@ -20,9 +20,9 @@ import (
 
 	"github.com/outboxer-go/outboxer/adapters/adaptertest"
 	entoutbox "github.com/outboxer-go/outboxer/adapters/ent"
-	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb"
 	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest"
+	entdb "github.com/outboxer-go/outboxer/examples/ent/ent"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

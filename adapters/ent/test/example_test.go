@@ -12,9 +12,9 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 
 	entoutbox "github.com/outboxer-go/outboxer/adapters/ent"
-	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb"
 	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest" // registers the SQLite driver, modernc.org/sqlite
+	entdb "github.com/outboxer-go/outboxer/examples/ent/ent"
 )
 
 type OrderPlaced struct {

@@ -9,6 +9,7 @@ require (
 	github.com/outboxer-go/outboxer/adapters/adaptertest v0.1.0
 	github.com/outboxer-go/outboxer/adapters/ent v0.1.0
 	github.com/outboxer-go/outboxer/dbtest v0.1.0
+	github.com/outboxer-go/outboxer/examples/ent/ent v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -31,7 +32,6 @@ require (
 	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/rogpeppe/go-internal v1.16.0 // indirect
 	github.com/zclconf/go-cty v1.14.4 // indirect
 	github.com/zclconf/go-cty-yaml v1.1.0 // indirect
 	golang.org/x/mod v0.42.0 // indirect

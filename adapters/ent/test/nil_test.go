@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	entoutbox "github.com/outboxer-go/outboxer/adapters/ent"
-	"github.com/outboxer-go/outboxer/adapters/ent/test/internal/entdb"
 	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest"
+	entdb "github.com/outboxer-go/outboxer/examples/ent/ent"
 )
 
 // newOutboxer is an instance on a fresh SQLite database: the handles below are nil,

@@ -51,8 +51,9 @@ const blockingStates = "(3, 4)"
 // Statements are written with ? placeholders and rewritten for PostgreSQL once.
 type SQL struct {
 	Kind Kind
-	// Messages and Leases are the quoted, qualified table names.
-	Messages, Leases, Locks string
+	// Messages and Leases are the quoted, qualified table names; Nodes is the table of
+	// the running relay nodes (membership).
+	Messages, Leases, Locks, Nodes string
 	// Table and Schema as given (unquoted), for index names and notification channels.
 	Table, Schema string
 
@@ -75,6 +76,15 @@ type SQL struct {
 	// ReadShape reads the partition count and the shape row's text (NULL when there is
 	// none) of an outbox; EnsureShape creates the shape row, SetShape changes its text.
 	ReadShape, EnsureShape, SetShape string
+	// Membership. Heartbeat records a node of an outbox as live for a number of
+	// microseconds from the database clock (arguments: outbox, node, max partitions,
+	// microseconds); LiveNodes lists the live nodes of an outbox (node, max partitions,
+	// last heartbeat, database clock); LeaveNode forgets a node (outbox, node);
+	// ForgetNodes deletes the rows of an outbox whose heartbeat ran out (outbox).
+	Heartbeat, LiveNodes, LeaveNode, ForgetNodes string
+	// FreeLeases lists the partitions of an outbox whose lease is free (released, or run
+	// out).
+	FreeLeases string
 
 	// inserts caches the INSERT statements of up to cachedRows rows: a publish builds
 	// none of its SQL text, and PostgreSQL drivers find their prepared statement by it.
@@ -97,6 +107,7 @@ func New(kind Kind, schema, table string) *SQL {
 	s.Messages = s.qualified(table)
 	s.Leases = s.qualified(table + "_leases")
 	s.Locks = s.qualified(table + "_locks")
+	s.Nodes = s.qualified(table + "_nodes")
 	s.NotifyChannel = "outboxer." + strings.TrimPrefix(schema+"."+table, ".")
 	if len(s.NotifyChannel) > 63 {
 		s.NotifyChannel = s.NotifyChannel[:63]
@@ -155,6 +166,12 @@ func New(kind Kind, schema, table string) *SQL {
 		` AND part = ? AND available_at <= ` + now)
 	s.NextDue = s.p(`SELECT ` + s.micros(`MIN(available_at)`) + ` - ` + s.micros(now) + ` FROM ` + s.Messages +
 		` WHERE outbox = ? AND state = ` + strconv.Itoa(Waiting) + ` AND part = ?`)
+	s.Heartbeat = s.heartbeat()
+	s.LiveNodes = s.p(`SELECT node, max_parts, ` + s.TimeCol("seen_at") + `, ` + s.TimeCol(now) + ` FROM ` + s.Nodes +
+		` WHERE outbox = ? AND expires_at > ` + now)
+	s.FreeLeases = s.p(`SELECT part FROM ` + s.Leases + ` WHERE outbox = ? AND part >= 0 AND expires_at < ` + now + ` ORDER BY part`)
+	s.LeaveNode = s.p(`DELETE FROM ` + s.Nodes + ` WHERE outbox = ? AND node = ?`)
+	s.ForgetNodes = s.p(`DELETE FROM ` + s.Nodes + ` WHERE outbox = ? AND expires_at <= ` + now)
 	switch kind {
 	case MySQL:
 		s.Prune = s.p(`DELETE FROM ` + s.Messages + ` WHERE outbox = ? AND state = 1 AND delivered_at < ` + s.NowPlus("?") + ` LIMIT 5000`)
@@ -163,6 +180,16 @@ func New(kind Kind, schema, table string) *SQL {
 			` WHERE outbox = ? AND state = 1 AND delivered_at < ` + s.NowPlus("?") + ` LIMIT 5000)`)
 	}
 	return s
+}
+
+// heartbeat inserts or refreshes a node's row.
+func (s *SQL) heartbeat() string {
+	now := s.Now()
+	ins := `INSERT INTO ` + s.Nodes + ` (outbox, node, max_parts, seen_at, expires_at) VALUES (?, ?, ?, ` + now + `, ` + s.NowPlus("?") + `)`
+	if s.Kind == MySQL {
+		return ins + ` ON DUPLICATE KEY UPDATE max_parts = VALUES(max_parts), seen_at = VALUES(seen_at), expires_at = VALUES(expires_at)`
+	}
+	return s.p(ins + ` ON CONFLICT (outbox, node) DO UPDATE SET max_parts = excluded.max_parts, seen_at = excluded.seen_at, expires_at = excluded.expires_at`)
 }
 
 // Quote quotes an identifier.
@@ -649,6 +676,14 @@ func (s *SQL) Up() []string {
 	expires_at timestamptz NOT NULL DEFAULT 'epoch',
 	paused boolean NOT NULL DEFAULT false,
 	PRIMARY KEY (outbox, part)
+)`,
+			`CREATE TABLE IF NOT EXISTS `+s.Nodes+` (
+	outbox text NOT NULL,
+	node text NOT NULL,
+	max_parts integer NOT NULL DEFAULT 0,
+	seen_at timestamptz NOT NULL,
+	expires_at timestamptz NOT NULL,
+	PRIMARY KEY (outbox, node)
 )`)
 	case SQLite:
 		stmts = append(stmts,
@@ -681,6 +716,14 @@ func (s *SQL) Up() []string {
 	expires_at INTEGER NOT NULL DEFAULT 0,
 	paused INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (outbox, part)
+)`,
+			`CREATE TABLE IF NOT EXISTS `+s.Nodes+` (
+	outbox TEXT NOT NULL,
+	node TEXT NOT NULL,
+	max_parts INTEGER NOT NULL DEFAULT 0,
+	seen_at INTEGER NOT NULL,
+	expires_at INTEGER NOT NULL,
+	PRIMARY KEY (outbox, node)
 )`)
 	case MySQL:
 		stmts = append(stmts,
@@ -719,6 +762,14 @@ func (s *SQL) Up() []string {
 	PRIMARY KEY (outbox, part)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin`,
 			`ALTER TABLE `+s.Leases+` MODIFY outbox `+mysqlName(200),
+			`CREATE TABLE IF NOT EXISTS `+s.Nodes+` (
+	outbox `+mysqlName(200)+`,
+	node VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+	max_parts INT NOT NULL DEFAULT 0,
+	seen_at DATETIME(6) NOT NULL,
+	expires_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (outbox, node)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin`,
 			`CREATE TABLE IF NOT EXISTS `+s.Locks+` (
 	lock_key BIGINT NOT NULL PRIMARY KEY
 ) ENGINE=InnoDB`)
@@ -740,7 +791,7 @@ func (s *SQL) waitingFromReady() string {
 
 // Down returns the statements that drop what Up created.
 func (s *SQL) Down() []string {
-	stmts := []string{`DROP TABLE IF EXISTS ` + s.Leases, `DROP TABLE IF EXISTS ` + s.Messages}
+	stmts := []string{`DROP TABLE IF EXISTS ` + s.Nodes, `DROP TABLE IF EXISTS ` + s.Leases, `DROP TABLE IF EXISTS ` + s.Messages}
 	if s.Kind == MySQL {
 		stmts = append(stmts, `DROP TABLE IF EXISTS `+s.Locks)
 	}

@@ -41,6 +41,7 @@ var scenarios = []string{
 	12: "effectively once (inbox)",
 	13: "blocked and scheduled backlogs",
 	14: "names differing in trailing spaces",
+	15: "relay nodes joining, leaving, crashing, freezing",
 	16: "partition count changes",
 }
 

@@ -32,7 +32,7 @@ type OrderMutation struct {
 	op            Op
 	typ           string
 	id            *int64
-	wrapped       *bool
+	note          *string
 	clearedFields map[string]struct{}
 	done          bool
 	oldValue      func(context.Context) (*Order, error)
@@ -143,40 +143,40 @@ func (m *OrderMutation) IDs(ctx context.Context) ([]int64, error) {
 	}
 }
 
-// SetWrapped sets the "wrapped" field.
-func (m *OrderMutation) SetWrapped(b bool) {
-	m.wrapped = &b
+// SetNote sets the "note" field.
+func (m *OrderMutation) SetNote(s string) {
+	m.note = &s
 }
 
-// Wrapped returns the value of the "wrapped" field in the mutation.
-func (m *OrderMutation) Wrapped() (r bool, exists bool) {
-	v := m.wrapped
+// Note returns the value of the "note" field in the mutation.
+func (m *OrderMutation) Note() (r string, exists bool) {
+	v := m.note
 	if v == nil {
 		return
 	}
 	return *v, true
 }
 
-// OldWrapped returns the old "wrapped" field's value of the Order entity.
+// OldNote returns the old "note" field's value of the Order entity.
 // If the Order object wasn't provided to the builder, the object is fetched from the database.
 // An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *OrderMutation) OldWrapped(ctx context.Context) (v bool, err error) {
+func (m *OrderMutation) OldNote(ctx context.Context) (v string, err error) {
 	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldWrapped is only allowed on UpdateOne operations")
+		return v, errors.New("OldNote is only allowed on UpdateOne operations")
 	}
 	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldWrapped requires an ID field in the mutation")
+		return v, errors.New("OldNote requires an ID field in the mutation")
 	}
 	oldValue, err := m.oldValue(ctx)
 	if err != nil {
-		return v, fmt.Errorf("querying old value for OldWrapped: %w", err)
+		return v, fmt.Errorf("querying old value for OldNote: %w", err)
 	}
-	return oldValue.Wrapped, nil
+	return oldValue.Note, nil
 }
 
-// ResetWrapped resets all changes to the "wrapped" field.
-func (m *OrderMutation) ResetWrapped() {
-	m.wrapped = nil
+// ResetNote resets all changes to the "note" field.
+func (m *OrderMutation) ResetNote() {
+	m.note = nil
 }
 
 // Where appends a list predicates to the OrderMutation builder.
@@ -214,8 +214,8 @@ func (m *OrderMutation) Type() string {
 // AddedFields().
 func (m *OrderMutation) Fields() []string {
 	fields := make([]string, 0, 1)
-	if m.wrapped != nil {
-		fields = append(fields, order.FieldWrapped)
+	if m.note != nil {
+		fields = append(fields, order.FieldNote)
 	}
 	return fields
 }
@@ -225,8 +225,8 @@ func (m *OrderMutation) Fields() []string {
 // schema.
 func (m *OrderMutation) Field(name string) (ent.Value, bool) {
 	switch name {
-	case order.FieldWrapped:
-		return m.Wrapped()
+	case order.FieldNote:
+		return m.Note()
 	}
 	return nil, false
 }
@@ -236,8 +236,8 @@ func (m *OrderMutation) Field(name string) (ent.Value, bool) {
 // database failed.
 func (m *OrderMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
 	switch name {
-	case order.FieldWrapped:
-		return m.OldWrapped(ctx)
+	case order.FieldNote:
+		return m.OldNote(ctx)
 	}
 	return nil, fmt.Errorf("unknown Order field %s", name)
 }
@@ -247,12 +247,12 @@ func (m *OrderMutation) OldField(ctx context.Context, name string) (ent.Value, e
 // type.
 func (m *OrderMutation) SetField(name string, value ent.Value) error {
 	switch name {
-	case order.FieldWrapped:
-		v, ok := value.(bool)
+	case order.FieldNote:
+		v, ok := value.(string)
 		if !ok {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
-		m.SetWrapped(v)
+		m.SetNote(v)
 		return nil
 	}
 	return fmt.Errorf("unknown Order field %s", name)
@@ -303,8 +303,8 @@ func (m *OrderMutation) ClearField(name string) error {
 // It returns an error if the field is not defined in the schema.
 func (m *OrderMutation) ResetField(name string) error {
 	switch name {
-	case order.FieldWrapped:
-		m.ResetWrapped()
+	case order.FieldNote:
+		m.ResetNote()
 		return nil
 	}
 	return fmt.Errorf("unknown Order field %s", name)

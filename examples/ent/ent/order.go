@@ -16,8 +16,8 @@ type Order struct {
 	config `json:"-"`
 	// ID of the ent.
 	ID int64 `json:"id,omitempty"`
-	// Wrapped holds the value of the "wrapped" field.
-	Wrapped      bool `json:"wrapped,omitempty"`
+	// Note holds the value of the "note" field.
+	Note         string `json:"note,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -26,10 +26,10 @@ func (*Order) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case order.FieldWrapped:
-			values[i] = new(sql.NullBool)
 		case order.FieldID:
 			values[i] = new(sql.NullInt64)
+		case order.FieldNote:
+			values[i] = new(sql.NullString)
 		default:
 			values[i] = new(sql.UnknownType)
 		}
@@ -51,11 +51,11 @@ func (_m *Order) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field id", value)
 			}
 			_m.ID = int64(value.Int64)
-		case order.FieldWrapped:
-			if value, ok := values[i].(*sql.NullBool); !ok {
-				return fmt.Errorf("unexpected type %T for field wrapped", values[i])
+		case order.FieldNote:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field note", values[i])
 			} else if value.Valid {
-				_m.Wrapped = value.Bool
+				_m.Note = value.String
 			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
@@ -93,8 +93,8 @@ func (_m *Order) String() string {
 	var builder strings.Builder
 	builder.WriteString("Order(")
 	builder.WriteString(fmt.Sprintf("id=%v, ", _m.ID))
-	builder.WriteString("wrapped=")
-	builder.WriteString(fmt.Sprintf("%v", _m.Wrapped))
+	builder.WriteString("note=")
+	builder.WriteString(_m.Note)
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -19,17 +19,9 @@ type OrderCreate struct {
 	hooks    []Hook
 }
 
-// SetWrapped sets the "wrapped" field.
-func (_c *OrderCreate) SetWrapped(v bool) *OrderCreate {
-	_c.mutation.SetWrapped(v)
-	return _c
-}
-
-// SetNillableWrapped sets the "wrapped" field if the given value is not nil.
-func (_c *OrderCreate) SetNillableWrapped(v *bool) *OrderCreate {
-	if v != nil {
-		_c.SetWrapped(*v)
-	}
+// SetNote sets the "note" field.
+func (_c *OrderCreate) SetNote(v string) *OrderCreate {
+	_c.mutation.SetNote(v)
 	return _c
 }
 
@@ -46,7 +38,6 @@ func (_c *OrderCreate) Mutation() *OrderMutation {
 
 // Save creates the Order in the database.
 func (_c *OrderCreate) Save(ctx context.Context) (*Order, error) {
-	_c.defaults()
 	return withHooks(ctx, _c.sqlSave, _c.mutation, _c.hooks)
 }
 
@@ -72,18 +63,15 @@ func (_c *OrderCreate) ExecX(ctx context.Context) {
 	}
 }
 
-// defaults sets the default values of the builder before save.
-func (_c *OrderCreate) defaults() {
-	if _, ok := _c.mutation.Wrapped(); !ok {
-		v := order.DefaultWrapped
-		_c.mutation.SetWrapped(v)
-	}
-}
-
 // check runs all checks and user-defined validators on the builder.
 func (_c *OrderCreate) check() error {
-	if _, ok := _c.mutation.Wrapped(); !ok {
-		return &ValidationError{Name: "wrapped", err: errors.New(`ent: missing required field "Order.wrapped"`)}
+	if _, ok := _c.mutation.Note(); !ok {
+		return &ValidationError{Name: "note", err: errors.New(`ent: missing required field "Order.note"`)}
+	}
+	if v, ok := _c.mutation.Note(); ok {
+		if err := order.NoteValidator(v); err != nil {
+			return &ValidationError{Name: "note", err: fmt.Errorf(`ent: validator failed for field "Order.note": %w`, err)}
+		}
 	}
 	return nil
 }
@@ -117,9 +105,9 @@ func (_c *OrderCreate) createSpec() (*Order, *sqlgraph.CreateSpec) {
 		_node.ID = id
 		_spec.ID.Value = id
 	}
-	if value, ok := _c.mutation.Wrapped(); ok {
-		_spec.SetField(order.FieldWrapped, field.TypeBool, value)
-		_node.Wrapped = value
+	if value, ok := _c.mutation.Note(); ok {
+		_spec.SetField(order.FieldNote, field.TypeString, value)
+		_node.Note = value
 	}
 	return _node, _spec
 }
@@ -142,7 +130,6 @@ func (_c *OrderCreateBulk) Save(ctx context.Context) ([]*Order, error) {
 	for i := range _c.builders {
 		func(i int, root context.Context) {
 			builder := _c.builders[i]
-			builder.defaults()
 			var mut Mutator = MutateFunc(func(ctx context.Context, m Mutation) (Value, error) {
 				mutation, ok := m.(*OrderMutation)
 				if !ok {

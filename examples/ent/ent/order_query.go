@@ -262,12 +262,12 @@ func (_q *OrderQuery) Clone() *OrderQuery {
 // Example:
 //
 //	var v []struct {
-//		Wrapped bool `json:"wrapped,omitempty"`
+//		Note string `json:"note,omitempty"`
 //		Count int `json:"count,omitempty"`
 //	}
 //
 //	client.Order.Query().
-//		GroupBy(order.FieldWrapped).
+//		GroupBy(order.FieldNote).
 //		Aggregate(ent.Count()).
 //		Scan(ctx, &v)
 func (_q *OrderQuery) GroupBy(field string, fields ...string) *OrderGroupBy {
@@ -285,11 +285,11 @@ func (_q *OrderQuery) GroupBy(field string, fields ...string) *OrderGroupBy {
 // Example:
 //
 //	var v []struct {
-//		Wrapped bool `json:"wrapped,omitempty"`
+//		Note string `json:"note,omitempty"`
 //	}
 //
 //	client.Order.Query().
-//		Select(order.FieldWrapped).
+//		Select(order.FieldNote).
 //		Scan(ctx, &v)
 func (_q *OrderQuery) Select(fields ...string) *OrderSelect {
 	_q.ctx.Fields = append(_q.ctx.Fields, fields...)

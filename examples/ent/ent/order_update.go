@@ -27,16 +27,16 @@ func (_u *OrderUpdate) Where(ps ...predicate.Order) *OrderUpdate {
 	return _u
 }
 
-// SetWrapped sets the "wrapped" field.
-func (_u *OrderUpdate) SetWrapped(v bool) *OrderUpdate {
-	_u.mutation.SetWrapped(v)
+// SetNote sets the "note" field.
+func (_u *OrderUpdate) SetNote(v string) *OrderUpdate {
+	_u.mutation.SetNote(v)
 	return _u
 }
 
-// SetNillableWrapped sets the "wrapped" field if the given value is not nil.
-func (_u *OrderUpdate) SetNillableWrapped(v *bool) *OrderUpdate {
+// SetNillableNote sets the "note" field if the given value is not nil.
+func (_u *OrderUpdate) SetNillableNote(v *string) *OrderUpdate {
 	if v != nil {
-		_u.SetWrapped(*v)
+		_u.SetNote(*v)
 	}
 	return _u
 }
@@ -73,7 +73,20 @@ func (_u *OrderUpdate) ExecX(ctx context.Context) {
 	}
 }
 
+// check runs all checks and user-defined validators on the builder.
+func (_u *OrderUpdate) check() error {
+	if v, ok := _u.mutation.Note(); ok {
+		if err := order.NoteValidator(v); err != nil {
+			return &ValidationError{Name: "note", err: fmt.Errorf(`ent: validator failed for field "Order.note": %w`, err)}
+		}
+	}
+	return nil
+}
+
 func (_u *OrderUpdate) sqlSave(ctx context.Context) (_node int, err error) {
+	if err := _u.check(); err != nil {
+		return _node, err
+	}
 	_spec := sqlgraph.NewUpdateSpec(order.Table, order.Columns, sqlgraph.NewFieldSpec(order.FieldID, field.TypeInt64))
 	if ps := _u.mutation.predicates; len(ps) > 0 {
 		_spec.Predicate = func(selector *sql.Selector) {
@@ -82,8 +95,8 @@ func (_u *OrderUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			}
 		}
 	}
-	if value, ok := _u.mutation.Wrapped(); ok {
-		_spec.SetField(order.FieldWrapped, field.TypeBool, value)
+	if value, ok := _u.mutation.Note(); ok {
+		_spec.SetField(order.FieldNote, field.TypeString, value)
 	}
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -105,16 +118,16 @@ type OrderUpdateOne struct {
 	mutation *OrderMutation
 }
 
-// SetWrapped sets the "wrapped" field.
-func (_u *OrderUpdateOne) SetWrapped(v bool) *OrderUpdateOne {
-	_u.mutation.SetWrapped(v)
+// SetNote sets the "note" field.
+func (_u *OrderUpdateOne) SetNote(v string) *OrderUpdateOne {
+	_u.mutation.SetNote(v)
 	return _u
 }
 
-// SetNillableWrapped sets the "wrapped" field if the given value is not nil.
-func (_u *OrderUpdateOne) SetNillableWrapped(v *bool) *OrderUpdateOne {
+// SetNillableNote sets the "note" field if the given value is not nil.
+func (_u *OrderUpdateOne) SetNillableNote(v *string) *OrderUpdateOne {
 	if v != nil {
-		_u.SetWrapped(*v)
+		_u.SetNote(*v)
 	}
 	return _u
 }
@@ -164,7 +177,20 @@ func (_u *OrderUpdateOne) ExecX(ctx context.Context) {
 	}
 }
 
+// check runs all checks and user-defined validators on the builder.
+func (_u *OrderUpdateOne) check() error {
+	if v, ok := _u.mutation.Note(); ok {
+		if err := order.NoteValidator(v); err != nil {
+			return &ValidationError{Name: "note", err: fmt.Errorf(`ent: validator failed for field "Order.note": %w`, err)}
+		}
+	}
+	return nil
+}
+
 func (_u *OrderUpdateOne) sqlSave(ctx context.Context) (_node *Order, err error) {
+	if err := _u.check(); err != nil {
+		return _node, err
+	}
 	_spec := sqlgraph.NewUpdateSpec(order.Table, order.Columns, sqlgraph.NewFieldSpec(order.FieldID, field.TypeInt64))
 	id, ok := _u.mutation.ID()
 	if !ok {
@@ -190,8 +216,8 @@ func (_u *OrderUpdateOne) sqlSave(ctx context.Context) (_node *Order, err error)
 			}
 		}
 	}
-	if value, ok := _u.mutation.Wrapped(); ok {
-		_spec.SetField(order.FieldWrapped, field.TypeBool, value)
+	if value, ok := _u.mutation.Note(); ok {
+		_spec.SetField(order.FieldNote, field.TypeString, value)
 	}
 	_node = &Order{config: _u.config}
 	_spec.Assign = _node.assignValues

@@ -13,8 +13,8 @@ import (
 func init() {
 	orderFields := schema.Order{}.Fields()
 	_ = orderFields
-	// orderDescWrapped is the schema descriptor for wrapped field.
-	orderDescWrapped := orderFields[1].Descriptor()
-	// order.DefaultWrapped holds the default value on creation for the wrapped field.
-	order.DefaultWrapped = orderDescWrapped.Default.(bool)
+	// orderDescNote is the schema descriptor for note field.
+	orderDescNote := orderFields[1].Descriptor()
+	// order.NoteValidator is a validator for the "note" field. It is called by the builders before save.
+	order.NoteValidator = orderDescNote.Validators[0].(func(string) error)
 }

@@ -20,45 +20,6 @@ import (
 	"github.com/outboxer-go/outboxer/sinks/kafka"
 )
 
-// consumerDB is a test database with an inbox and a table of effects (one row per
-// handler run that committed).
-func consumerDB(t testing.TB, db *dbtest.DB) *inbox.Inbox {
-	t.Helper()
-	in, err := inbox.New(inbox.Config{DB: db.DB, Dialect: db.Dialect})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`CREATE TABLE effects (id BIGINT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	return in
-}
-
-// effects returns how many times each outbox ID's effect committed.
-func effects(t *testing.T, db *sql.DB) map[int64]int {
-	t.Helper()
-	rows, err := db.Query(`SELECT id FROM effects`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[int64]int{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		out[id]++
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 func recordID(rec *kgo.Record) int64 {
 	for _, h := range rec.Headers {
 		if h.Key == kafka.HeaderID {
@@ -99,7 +60,7 @@ func deliver(t *testing.T, relay *kafka.Relay, ids ...int64) {
 // receives the record again and runs it.
 func TestConsumerRunsEachRecordOnce(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
-		in := consumerDB(t, db)
+		in := dbtest.ConsumerInbox(t, db)
 		kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
 		if err != nil {
 			t.Fatal(err)
@@ -164,7 +125,7 @@ func TestConsumerRunsEachRecordOnce(t *testing.T) {
 			t.Fatalf("B's Run returned %v, want the handler's error", err)
 		}
 		b.Close()
-		if got := effects(t, db.DB); len(got) != 4 || got[5] != 0 {
+		if got := dbtest.Effects(t, db.DB); len(got) != 4 || got[5] != 0 {
 			t.Fatalf("after B: effects %v, want 1-4 once and 5's write rolled back", got)
 		}
 
@@ -182,14 +143,14 @@ func TestConsumerRunsEachRecordOnce(t *testing.T) {
 		runCtx, stop := context.WithCancel(ctx)
 		ran := make(chan error, 1)
 		go func() { ran <- cc.Run(runCtx) }()
-		for effects(t, db.DB)[6] == 0 && ctx.Err() == nil {
+		for dbtest.Effects(t, db.DB)[6] == 0 && ctx.Err() == nil {
 			time.Sleep(20 * time.Millisecond)
 		}
 		stop()
 		if err := <-ran; err != nil {
 			t.Fatalf("C's Run: %v", err)
 		}
-		got := effects(t, db.DB)
+		got := dbtest.Effects(t, db.DB)
 		for id := int64(1); id <= 6; id++ {
 			if got[id] != 1 {
 				t.Errorf("effect of record %d committed %d times, want 1 (effects %v)", id, got[id], got)
@@ -209,7 +170,7 @@ func TestConsumerRunsEachRecordOnce(t *testing.T) {
 // TestNewConsumerValidates: a client that commits by itself, or outside a group, is refused.
 func TestNewConsumerValidates(t *testing.T) {
 	db := dbtest.SQLite(t)
-	in := consumerDB(t, db)
+	in := dbtest.ConsumerInbox(t, db)
 	h := func(context.Context, *sql.Tx, *kgo.Record, inbox.Outcome) error { return nil }
 	auto, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"))
 	if err != nil {
@@ -250,7 +211,7 @@ func BenchmarkConsumer(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				db := dbtest.Open(b, d)
-				in := consumerDB(b, db)
+				in := dbtest.ConsumerInbox(b, db)
 				kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
 				if err != nil {
 					b.Fatal(err)

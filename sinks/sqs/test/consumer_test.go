@@ -20,43 +20,6 @@ import (
 	outboxsqs "github.com/outboxer-go/outboxer/sinks/sqs"
 )
 
-// consumerDB migrates an inbox and a table of effects (one row per committed handler run).
-func consumerDB(t *testing.T, db *dbtest.DB) *inbox.Inbox {
-	t.Helper()
-	in, err := inbox.New(inbox.Config{DB: db.DB, Dialect: db.Dialect})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`CREATE TABLE effects (id BIGINT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	return in
-}
-
-func effects(t *testing.T, db *sql.DB) map[int64]int {
-	t.Helper()
-	rows, err := db.Query(`SELECT id FROM effects`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[int64]int{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		out[id]++
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 func messageID(m types.Message) int64 {
 	id, _ := strconv.ParseInt(aws.ToString(m.MessageAttributes[outboxsqs.AttrID].StringValue), 10, 64)
 	return id
@@ -82,7 +45,7 @@ func queueEmpty(t *testing.T, ctx context.Context, queue string) bool {
 func TestConsumerRunsEachMessageOnce(t *testing.T) {
 	needEmulator(t)
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
-		in := consumerDB(t, db)
+		in := dbtest.ConsumerInbox(t, db)
 		queue := newQueueWith(t, false, map[string]string{"VisibilityTimeout": "1"})
 		relay := newRelay(t, outboxsqs.Config{Client: newClient(endpoint), QueueURL: queue, Ordering: core.OrderNone, Source: "orders-db"})
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -155,7 +118,7 @@ func TestConsumerRunsEachMessageOnce(t *testing.T) {
 				}
 			}
 		}
-		if e := effects(t, db.DB); e[1] != 1 || e[2] != 1 || e[3] != 0 {
+		if e := dbtest.Effects(t, db.DB); e[1] != 1 || e[2] != 1 || e[3] != 0 {
 			t.Fatalf("effects %v, want 1 and 2 once, 3 rolled back", e)
 		}
 
@@ -166,7 +129,7 @@ func TestConsumerRunsEachMessageOnce(t *testing.T) {
 		runCtx, stop := context.WithCancel(ctx)
 		ran := make(chan error, 1)
 		go func() { ran <- good.Run(runCtx) }()
-		for ctx.Err() == nil && (effects(t, db.DB)[3] == 0 || !queueEmpty(t, ctx, queue)) {
+		for ctx.Err() == nil && (dbtest.Effects(t, db.DB)[3] == 0 || !queueEmpty(t, ctx, queue)) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		stop()
@@ -176,7 +139,7 @@ func TestConsumerRunsEachMessageOnce(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatal("the queue did not empty")
 		}
-		e := effects(t, db.DB)
+		e := dbtest.Effects(t, db.DB)
 		for id := int64(1); id <= 3; id++ {
 			if e[id] != 1 {
 				t.Errorf("effect of message %d committed %d times, want 1 (%v)", id, e[id], e)
@@ -192,7 +155,7 @@ func TestConsumerRunsEachMessageOnce(t *testing.T) {
 
 func TestNewConsumerValidates(t *testing.T) {
 	db := dbtest.SQLite(t)
-	in := consumerDB(t, db)
+	in := dbtest.ConsumerInbox(t, db)
 	h := func(context.Context, *sql.Tx, types.Message, inbox.Outcome) error { return nil }
 	client := newClient("http://127.0.0.1:1")
 	for _, cfg := range []outboxsqs.ConsumerConfig{

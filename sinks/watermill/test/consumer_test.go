@@ -21,43 +21,6 @@ import (
 	watermillsink "github.com/outboxer-go/outboxer/sinks/watermill"
 )
 
-// consumerDB migrates an inbox and a table of effects (one row per committed handler run).
-func consumerDB(t testing.TB, db *dbtest.DB) *inbox.Inbox {
-	t.Helper()
-	in, err := inbox.New(inbox.Config{DB: db.DB, Dialect: db.Dialect})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`CREATE TABLE effects (id BIGINT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	return in
-}
-
-func effects(t testing.TB, db *sql.DB) map[int64]int {
-	t.Helper()
-	rows, err := db.Query(`SELECT id FROM effects`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[int64]int{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		out[id]++
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // TestMiddlewareRunsEachMessageOnce: behind the middleware, a message the relay
 // delivered twice runs the handler once; a handler error rolls back its write and the
 // message is nacked (GoChannel delivers it again), and the redelivery runs it.
@@ -79,7 +42,7 @@ func TestMiddlewareRunsEachMessageOnceOnRabbitMQ(t *testing.T) {
 }
 
 func middlewareOnce(t *testing.T, db *dbtest.DB, pub message.Publisher, sub message.Subscriber, topic string) {
-	in := consumerDB(t, db)
+	in := dbtest.ConsumerInbox(t, db)
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +119,7 @@ func middlewareOnce(t *testing.T, db *dbtest.DB, pub message.Publisher, sub mess
 	if err := <-ran; err != nil {
 		t.Fatalf("router: %v", err)
 	}
-	e := effects(t, db.DB)
+	e := dbtest.Effects(t, db.DB)
 	for id := int64(1); id <= 4; id++ {
 		if e[id] != 1 {
 			t.Errorf("effect of message %d committed %d times, want 1 (%v)", id, e[id], e)
@@ -176,7 +139,7 @@ func middlewareOnce(t *testing.T, db *dbtest.DB, pub message.Publisher, sub mess
 // key; the middleware fails it without running the handler.
 func TestMiddlewareRefusesMessagesWithoutKey(t *testing.T) {
 	db := dbtest.SQLite(t)
-	in := consumerDB(t, db)
+	in := dbtest.ConsumerInbox(t, db)
 	ran := false
 	h := watermillsink.Middleware(in, "billing")(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })
 	if _, err := h(message.NewMessage(watermill.NewUUID(), []byte(`{}`))); !errors.Is(err, inbox.ErrNoKey) || ran {
@@ -203,7 +166,7 @@ func BenchmarkConsumer(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				db := dbtest.Open(b, d)
-				in := consumerDB(b, db)
+				in := dbtest.ConsumerInbox(b, db)
 				pubsub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 				defer pubsub.Close()
 				router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})

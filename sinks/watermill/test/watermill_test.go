@@ -405,7 +405,7 @@ func TestPerMessagePublisherFailuresAreMappedExactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch := envelopes(1, 25, 5)
+	batch := envelopes(1, 25, 0)          // unordered: runs of 10
 	batch[13].Payload = make([]byte, 100) // in the second run (11..20)
 	pf := partial(t, sink.Deliver(context.Background(), batch))
 	// The publisher reports 14 failed and the rest of its run published; the sink names
@@ -421,6 +421,32 @@ func TestPerMessagePublisherFailuresAreMappedExactly(t *testing.T) {
 	wantGot := slices.DeleteFunc(envIDs(batch[:20]), func(id int64) bool { return id == 14 })
 	if !slices.Equal(got, wantGot) {
 		t.Fatalf("subscriber got %v, want %v", got, wantGot)
+	}
+}
+
+// TestPerMessagePublisherKeepsGroupOrder: a PerMessagePublisher publishes the rest of a
+// run past a message it fails, so a run must not hold a later message of that message's
+// group: with 5 groups and PublishBatchSize 10 the runs are 1-5, 6-10, 11-15, and when
+// 14 (group g4) fails, 19 and 24 (g4 too) are held back, not published before it.
+func TestPerMessagePublisherKeepsGroupOrder(t *testing.T) {
+	pubsub := newGoChannel(t)
+	ch := collect(t, pubsub, "orders")
+	pub := &sizeLimited{GoChannel: pubsub, limit: 64}
+	sink, err := watermillsink.New(pub, watermillsink.Options{Topic: "orders", PublishBatchSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := envelopes(1, 25, 5)
+	batch[13].Payload = make([]byte, 100) // 14, group g4
+	pf := partial(t, sink.Deliver(context.Background(), batch))
+	checkFailed(t, pf, []int64{14}, envIDs(batch[15:]))
+	if pub.calls != 3 {
+		t.Errorf("PublishEach called %d times, want 3 (1-5, 6-10, 11-15)", pub.calls)
+	}
+	got := idsOf(ch.got())
+	wantGot := slices.DeleteFunc(envIDs(batch[:15]), func(id int64) bool { return id == 14 })
+	if !slices.Equal(got, wantGot) {
+		t.Fatalf("subscriber got %v, want %v (nothing of 14's group after it)", got, wantGot)
 	}
 }
 

@@ -36,3 +36,12 @@ CREATE TABLE IF NOT EXISTS "outboxer_messages_leases" (
 	PRIMARY KEY (outbox, part)
 );
 
+CREATE TABLE IF NOT EXISTS "outboxer_messages_nodes" (
+	outbox text NOT NULL,
+	node text NOT NULL,
+	max_parts integer NOT NULL DEFAULT 0,
+	seen_at timestamptz NOT NULL,
+	expires_at timestamptz NOT NULL,
+	PRIMARY KEY (outbox, node)
+);
+

@@ -34,6 +34,15 @@ CREATE TABLE IF NOT EXISTS `outboxer_messages_leases` (
 
 ALTER TABLE `outboxer_messages_leases` MODIFY outbox VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL;
 
+CREATE TABLE IF NOT EXISTS `outboxer_messages_nodes` (
+	outbox VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+	node VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+	max_parts INT NOT NULL DEFAULT 0,
+	seen_at DATETIME(6) NOT NULL,
+	expires_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (outbox, node)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin;
+
 CREATE TABLE IF NOT EXISTS `outboxer_messages_locks` (
 	lock_key BIGINT NOT NULL PRIMARY KEY
 ) ENGINE=InnoDB;

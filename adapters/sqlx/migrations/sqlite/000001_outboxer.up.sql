@@ -36,3 +36,12 @@ CREATE TABLE IF NOT EXISTS "outboxer_messages_leases" (
 	PRIMARY KEY (outbox, part)
 );
 
+CREATE TABLE IF NOT EXISTS "outboxer_messages_nodes" (
+	outbox TEXT NOT NULL,
+	node TEXT NOT NULL,
+	max_parts INTEGER NOT NULL DEFAULT 0,
+	seen_at INTEGER NOT NULL,
+	expires_at INTEGER NOT NULL,
+	PRIMARY KEY (outbox, node)
+);
+

@@ -11,8 +11,8 @@ const (
 	Label = "order"
 	// FieldID holds the string denoting the id field in the database.
 	FieldID = "id"
-	// FieldWrapped holds the string denoting the wrapped field in the database.
-	FieldWrapped = "wrapped"
+	// FieldNote holds the string denoting the note field in the database.
+	FieldNote = "note"
 	// Table holds the table name of the order in the database.
 	Table = "orders"
 )
@@ -20,7 +20,7 @@ const (
 // Columns holds all SQL columns for order fields.
 var Columns = []string{
 	FieldID,
-	FieldWrapped,
+	FieldNote,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -34,8 +34,8 @@ func ValidColumn(column string) bool {
 }
 
 var (
-	// DefaultWrapped holds the default value on creation for the "wrapped" field.
-	DefaultWrapped bool
+	// NoteValidator is a validator for the "note" field. It is called by the builders before save.
+	NoteValidator func(string) error
 )
 
 // OrderOption defines the ordering options for the Order queries.
@@ -46,7 +46,7 @@ func ByID(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldID, opts...).ToFunc()
 }
 
-// ByWrapped orders the results by the wrapped field.
-func ByWrapped(opts ...sql.OrderTermOption) OrderOption {
-	return sql.OrderByField(FieldWrapped, opts...).ToFunc()
+// ByNote orders the results by the note field.
+func ByNote(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldNote, opts...).ToFunc()
 }

@@ -52,19 +52,74 @@ func IDLTE(id int64) predicate.Order {
 	return predicate.Order(sql.FieldLTE(FieldID, id))
 }
 
-// Wrapped applies equality check predicate on the "wrapped" field. It's identical to WrappedEQ.
-func Wrapped(v bool) predicate.Order {
-	return predicate.Order(sql.FieldEQ(FieldWrapped, v))
+// Note applies equality check predicate on the "note" field. It's identical to NoteEQ.
+func Note(v string) predicate.Order {
+	return predicate.Order(sql.FieldEQ(FieldNote, v))
 }
 
-// WrappedEQ applies the EQ predicate on the "wrapped" field.
-func WrappedEQ(v bool) predicate.Order {
-	return predicate.Order(sql.FieldEQ(FieldWrapped, v))
+// NoteEQ applies the EQ predicate on the "note" field.
+func NoteEQ(v string) predicate.Order {
+	return predicate.Order(sql.FieldEQ(FieldNote, v))
 }
 
-// WrappedNEQ applies the NEQ predicate on the "wrapped" field.
-func WrappedNEQ(v bool) predicate.Order {
-	return predicate.Order(sql.FieldNEQ(FieldWrapped, v))
+// NoteNEQ applies the NEQ predicate on the "note" field.
+func NoteNEQ(v string) predicate.Order {
+	return predicate.Order(sql.FieldNEQ(FieldNote, v))
+}
+
+// NoteIn applies the In predicate on the "note" field.
+func NoteIn(vs ...string) predicate.Order {
+	return predicate.Order(sql.FieldIn(FieldNote, vs...))
+}
+
+// NoteNotIn applies the NotIn predicate on the "note" field.
+func NoteNotIn(vs ...string) predicate.Order {
+	return predicate.Order(sql.FieldNotIn(FieldNote, vs...))
+}
+
+// NoteGT applies the GT predicate on the "note" field.
+func NoteGT(v string) predicate.Order {
+	return predicate.Order(sql.FieldGT(FieldNote, v))
+}
+
+// NoteGTE applies the GTE predicate on the "note" field.
+func NoteGTE(v string) predicate.Order {
+	return predicate.Order(sql.FieldGTE(FieldNote, v))
+}
+
+// NoteLT applies the LT predicate on the "note" field.
+func NoteLT(v string) predicate.Order {
+	return predicate.Order(sql.FieldLT(FieldNote, v))
+}
+
+// NoteLTE applies the LTE predicate on the "note" field.
+func NoteLTE(v string) predicate.Order {
+	return predicate.Order(sql.FieldLTE(FieldNote, v))
+}
+
+// NoteContains applies the Contains predicate on the "note" field.
+func NoteContains(v string) predicate.Order {
+	return predicate.Order(sql.FieldContains(FieldNote, v))
+}
+
+// NoteHasPrefix applies the HasPrefix predicate on the "note" field.
+func NoteHasPrefix(v string) predicate.Order {
+	return predicate.Order(sql.FieldHasPrefix(FieldNote, v))
+}
+
+// NoteHasSuffix applies the HasSuffix predicate on the "note" field.
+func NoteHasSuffix(v string) predicate.Order {
+	return predicate.Order(sql.FieldHasSuffix(FieldNote, v))
+}
+
+// NoteEqualFold applies the EqualFold predicate on the "note" field.
+func NoteEqualFold(v string) predicate.Order {
+	return predicate.Order(sql.FieldEqualFold(FieldNote, v))
+}
+
+// NoteContainsFold applies the ContainsFold predicate on the "note" field.
+func NoteContainsFold(v string) predicate.Order {
+	return predicate.Order(sql.FieldContainsFold(FieldNote, v))
 }
 
 // And groups predicates with the AND operator between them.

@@ -1,5 +1,5 @@
-// Package schema is the example's ent schema: one Order entity, stored in the orders
-// table.
+// Package schema is the ent schema of the ent example and the ent adapter's tests: one Order
+// entity, stored in the orders table.
 package schema
 
 import (
@@ -7,7 +7,7 @@ import (
 	"entgo.io/ent/schema/field"
 )
 
-// Order is a business row written next to its events.
+// Order is a business row written next to an outbox message.
 type Order struct {
 	ent.Schema
 }
@@ -16,6 +16,6 @@ type Order struct {
 func (Order) Fields() []ent.Field {
 	return []ent.Field{
 		field.Int64("id"),
-		field.Bool("wrapped").Default(false),
+		field.String("note").MaxLen(200),
 	}
 }

@@ -1,0 +1,314 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outboxer-go/outboxer/core/internal/dialect"
+)
+
+// Relay nodes share each outbox's partitions.
+//
+// Every running instance (not PublishOnly, not Manual) heartbeats a row per outbox into
+// the table's "_nodes" table, timed by the database clock like the leases, and reads the
+// live rows back. From them every node computes the same share-out (shares): nodes sorted
+// by name, partitions dealt round-robin to the balanced ones, skipping a node at its cap.
+// Its own share is what its workers aim at: a worker whose partition is free takes it only
+// while the node holds fewer than its share, and a worker holding one when the node holds
+// more gives it back after its batch is confirmed. A lease is never taken from a live
+// owner, so partitions move only when a share changes, and then only the surplus moves.
+
+// balance is this node's share-out of one outbox.
+type balance struct {
+	mu    sync.Mutex
+	share int  // partitions this node aims at; negative: as many as it can take
+	held  int  // partitions this node's workers hold, or are taking
+	known bool // a heartbeat told the share
+}
+
+func newBalance() *balance { return &balance{} }
+
+// claim reserves a place for one more partition; false when the node has its share.
+func (b *balance) claim() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.share >= 0 && b.held >= b.share {
+		return false
+	}
+	b.held++
+	return true
+}
+
+// unclaim gives a place back: the partition was not taken, or was lost or released.
+func (b *balance) unclaim() {
+	b.mu.Lock()
+	b.held--
+	b.mu.Unlock()
+}
+
+// surplus reports, for a worker holding a partition, whether the node holds more than
+// its share; it then counts the partition as given back already, so that only as many
+// workers as needed give theirs.
+func (b *balance) surplus() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.share >= 0 && b.held > b.share {
+		b.held--
+		return true
+	}
+	return false
+}
+
+// setShare records a new share and reports whether it changed.
+func (b *balance) setShare(n int) bool {
+	b.mu.Lock()
+	changed := !b.known || b.share != n
+	b.share, b.known = n, true
+	b.mu.Unlock()
+	return changed
+}
+
+// counts returns the share and the partitions held.
+func (b *balance) counts() (share, held int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.share, b.held
+}
+
+// node is a live member of an outbox, as its heartbeat row says.
+type node struct {
+	name     string
+	max      int // Config.MaxPartitions of the node
+	lastSeen time.Time
+}
+
+// shares deals parts partitions to the nodes: sorted by name, round-robin over the
+// balanced nodes (MaxPartitions ≥ 0), skipping a node at its cap. Every node computes the
+// same result from the same rows, and the shares of the balanced nodes sum to parts when
+// their caps allow it. A node that opted out (AllPartitions) has share -1: no limit.
+func shares(parts int, nodes []node) map[string]int {
+	sorted := slices.Clone(nodes)
+	slices.SortFunc(sorted, func(a, b node) int { return strings.Compare(a.name, b.name) })
+	out := make(map[string]int, len(sorted))
+	var open []int // indexes of balanced nodes that can take more
+	for i, n := range sorted {
+		if n.max < 0 {
+			out[n.name] = -1
+			continue
+		}
+		out[n.name] = 0
+		open = append(open, i)
+	}
+	for left := parts; left > 0 && len(open) > 0; {
+		next := open[:0]
+		for _, i := range open {
+			if left == 0 {
+				break
+			}
+			n := sorted[i]
+			out[n.name]++
+			left--
+			if n.max == 0 || out[n.name] < n.max {
+				next = append(next, i)
+			}
+		}
+		open = next
+	}
+	return out
+}
+
+// heartbeatEvery is how often a node heartbeats; readEvery how often it reads the
+// membership (a short read of a few rows): a node that joined or left is seen that soon,
+// and partitions move without waiting for the next heartbeat.
+func (o *Outboxer) heartbeatEvery() time.Duration {
+	return min(o.cfg.LeaseDuration/4, time.Second)
+}
+
+func (o *Outboxer) readEvery() time.Duration {
+	return min(o.cfg.LeaseDuration/8, 250*time.Millisecond)
+}
+
+// members heartbeats this node into every outbox's membership and keeps its shares up
+// to date until stop is done; then it leaves, so that the other nodes raise their shares
+// and take the partitions this node's workers give back as they stop. When done is done
+// too (the workers have given everything back) it announces it and returns.
+func (o *Outboxer) members(done, stop context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	var beat time.Time           // when this node last heartbeat
+	failing := map[string]bool{} // outboxes whose last heartbeat or read failed (logged once)
+	for {
+		select {
+		case <-stop.Done():
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(stop), 5*time.Second)
+			o.leave(ctx)
+			cancel()
+			<-done.Done()
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(stop), 5*time.Second)
+			defer cancel()
+			for _, name := range o.Outboxes() {
+				o.announce(ctx, o.outboxes[name])
+			}
+			return
+		case <-t.C:
+		case <-o.refresh:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		}
+		write := time.Since(beat) >= o.heartbeatEvery()-o.readEvery()/2
+		if write {
+			beat = time.Now()
+		}
+		for _, name := range o.Outboxes() {
+			err := o.heartbeat(stop, o.outboxes[name], write)
+			switch {
+			case err != nil && stop.Err() == nil && !failing[name]:
+				o.cfg.Logger.Warn("outboxer: heartbeat failed; this node's share is kept until it succeeds", "outbox", name, "err", err)
+				failing[name] = true
+			case err == nil && failing[name]:
+				o.cfg.Logger.Info("outboxer: heartbeat succeeds again", "outbox", name)
+				failing[name] = false
+			}
+		}
+		t.Reset(o.readEvery())
+	}
+}
+
+// heartbeat records this node as live in an outbox (with write), reads the live nodes
+// and sets this node's share. When the membership cannot be read (a table made before
+// nodes shared partitions, say) and no share was ever known, the node takes what it can,
+// as before.
+func (o *Outboxer) heartbeat(ctx context.Context, ob *box, write bool) error {
+	ctx, cancel := context.WithTimeout(ctx, max(o.cfg.LeaseDuration/2, time.Second))
+	defer cancel()
+	var nodes []node
+	var err error
+	if write {
+		nodes, err = o.beat(ctx, ob)
+	} else {
+		nodes, err = o.liveNodes(ctx, ob)
+	}
+	if err != nil {
+		ob.bal.mu.Lock()
+		known := ob.bal.known
+		ob.bal.mu.Unlock()
+		if !known {
+			ob.bal.setShare(-1)
+		}
+		return err
+	}
+	share, ok := shares(ob.cfg.Partitions, nodes)[o.owner]
+	if !ok {
+		return nil // our own row ran out between the two statements: next time
+	}
+	if ob.bal.setShare(share) {
+		_, held := ob.bal.counts()
+		o.cfg.Logger.Info("outboxer: share of partitions", "outboxer", o.cfg.Name, "outbox", ob.name,
+			"share", share, "held", held, "nodes", len(nodes))
+	}
+	switch _, held := ob.bal.counts(); {
+	case share >= 0 && held > share:
+		// Wake the workers, idle or not: those beyond the share give their partition back
+		// after the batch in flight.
+		ob.signalAll(wakeNow)
+	case share < 0 || held < share:
+		return o.offerFree(ctx, ob)
+	}
+	return nil
+}
+
+// offerFree wakes the workers of the outbox's free partitions, so that they take them
+// (as many as the share allows) now.
+func (o *Outboxer) offerFree(ctx context.Context, ob *box) error {
+	var free []int
+	err := queryRows(ctx, o.cfg.DB, ob.sql.FreeLeases, []any{ob.name}, func(scan func(...any) error) error {
+		var p int
+		if err := scan(&p); err != nil {
+			return err
+		}
+		free = append(free, p)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read free partitions: %w", err)
+	}
+	for _, p := range free {
+		if p >= 0 && p < len(ob.wake) {
+			ob.offer(p)
+		}
+	}
+	return nil
+}
+
+// beat writes the heartbeat, forgets the nodes that missed theirs and lists the live ones.
+func (o *Outboxer) beat(ctx context.Context, ob *box) ([]node, error) {
+	db, s := o.cfg.DB, ob.sql
+	if _, err := db.ExecContext(ctx, s.Heartbeat, ob.name, o.owner, o.cfg.MaxPartitions, o.cfg.LeaseDuration.Microseconds()); err != nil {
+		return nil, fmt.Errorf("write heartbeat: %w", err)
+	}
+	if _, err := db.ExecContext(ctx, s.ForgetNodes, ob.name); err != nil {
+		return nil, fmt.Errorf("forget nodes: %w", err)
+	}
+	return o.liveNodes(ctx, ob)
+}
+
+// liveNodes lists the nodes of an outbox whose heartbeat has not run out.
+func (o *Outboxer) liveNodes(ctx context.Context, ob *box) ([]node, error) {
+	var nodes []node
+	err := queryRows(ctx, o.cfg.DB, ob.sql.LiveNodes, []any{ob.name}, func(scan func(...any) error) error {
+		var (
+			n          node
+			seen, when dbTime
+		)
+		if err := scan(&n.name, &n.max, &seen, &when); err != nil {
+			return err
+		}
+		n.lastSeen = seen.Time
+		nodes = append(nodes, n)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read nodes: %w", err)
+	}
+	slices.SortFunc(nodes, func(a, b node) int { return strings.Compare(a.name, b.name) })
+	return nodes, nil
+}
+
+// leave removes this node's heartbeat rows.
+func (o *Outboxer) leave(ctx context.Context) {
+	for _, name := range o.Outboxes() {
+		ob := o.outboxes[name]
+		if _, err := o.cfg.DB.ExecContext(ctx, ob.sql.LeaveNode, ob.name, o.owner); err != nil {
+			o.cfg.Logger.Warn("outboxer: leave", "outbox", name, "err", err)
+		}
+	}
+}
+
+// nodesPayload is the notification that an outbox's membership or holdings changed:
+// the nodes read the membership again and look for free partitions at once. A node of an
+// earlier version reads it as a wake-up of every partition.
+const nodesPayload = "nodes"
+
+// announce tells the other nodes (PostgreSQL with Notify) that partitions of ob were given
+// back or that the membership changed. Elsewhere they find out at their next look.
+func (o *Outboxer) announce(ctx context.Context, ob *box) {
+	if !o.cfg.Notify || o.kind != dialect.Postgres {
+		return
+	}
+	if _, err := o.cfg.DB.ExecContext(ctx, `SELECT pg_notify($1, $2)`, ob.sql.NotifyChannel, ob.name+":"+nodesPayload); err != nil && ctx.Err() == nil {
+		o.cfg.Logger.Debug("outboxer: announce", "outbox", ob.name, "err", err)
+	}
+}
+
+// Owner returns the name this instance holds partition leases under and heartbeats as
+// a relay node: Config.Name, then "@", host, process ID and a random suffix, as in
+// "billing@host-1/4711/9f3a0c2e". Health lists nodes and lease owners by it.
+func (o *Outboxer) Owner() string { return o.owner }

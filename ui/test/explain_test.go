@@ -1,0 +1,197 @@
+package uitest
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/dbtest"
+	outboxerui "github.com/outboxer-go/outboxer/ui"
+)
+
+// recorder keeps the statements a database handle runs, with their arguments.
+type recorder struct {
+	mu    sync.Mutex
+	stmts []recorded
+}
+
+type recorded struct {
+	query string
+	args  []any
+}
+
+func (r *recorder) add(q string, args []driver.NamedValue) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := make([]any, len(args))
+	for i, v := range args {
+		a[i] = v.Value
+	}
+	r.stmts = append(r.stmts, recorded{q, a})
+}
+
+func (r *recorder) take() []recorded {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.stmts
+	r.stmts = nil
+	return out
+}
+
+// recConnector opens connections of a driver that record what they run.
+type recConnector struct {
+	drv driver.Driver
+	dsn string
+	rec *recorder
+}
+
+func (c *recConnector) Connect(context.Context) (driver.Conn, error) {
+	conn, err := c.drv.Open(c.dsn)
+	if err != nil {
+		return nil, err
+	}
+	return &recConn{Conn: conn, rec: c.rec}, nil
+}
+
+func (c *recConnector) Driver() driver.Driver { return c.drv }
+
+type recConn struct {
+	driver.Conn
+	rec *recorder
+}
+
+func (c *recConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	c.rec.add(q, args)
+	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
+}
+
+func (c *recConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	c.rec.add(q, args)
+	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
+}
+
+func (c *recConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+}
+
+func (c *recConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	return c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+}
+
+func (c *recConn) Ping(ctx context.Context) error { return c.Conn.(driver.Pinger).Ping(ctx) }
+
+func (c *recConn) CheckNamedValue(v *driver.NamedValue) error {
+	if nc, ok := c.Conn.(driver.NamedValueChecker); ok {
+		return nc.CheckNamedValue(v)
+	}
+	return driver.ErrSkip
+}
+
+func (c *recConn) ResetSession(ctx context.Context) error {
+	if rs, ok := c.Conn.(driver.SessionResetter); ok {
+		return rs.ResetSession(ctx)
+	}
+	return nil
+}
+
+// TestListQueriesUseAnIndex runs the message pages over 100,000 messages on PostgreSQL,
+// records every statement they send, and checks with EXPLAIN that none reads the message
+// table by a sequential scan.
+func TestListQueriesUseAnIndex(t *testing.T) {
+	db := dbtest.Postgres(t)
+	f := newFixture(t, db)
+	ctx := context.Background()
+	// 100,000 more messages over three outboxes: mostly ready, some waiting, held, dead
+	// and delivered (kept).
+	// Created over the last 50 minutes, the oldest first, as a backlog builds up.
+	_, err := db.ExecContext(ctx, `INSERT INTO "Order" (outbox, type, group_key, part, payload, headers, state, attempts, last_error, available_at, created_at)
+		SELECT 'bulk' || (i % 3), 'type' || (i % 7), 'g' || (i % 1000), i % 4, convert_to('{"n":' || i || '}', 'UTF8'),
+			'{"tenant":"t' || (i % 5) || '"}',
+			CASE WHEN i % 10 = 0 THEN 2 WHEN i % 10 = 1 THEN 3 WHEN i % 10 = 2 THEN 4 WHEN i % 10 = 3 THEN 1 ELSE 0 END,
+			CASE WHEN i % 10 IN (0, 1) THEN 3 ELSE 0 END,
+			CASE WHEN i % 10 IN (0, 1) THEN 'timeout ' || i END,
+			now() + CASE WHEN i % 10 = 1 THEN interval '1 hour' ELSE interval '0' END,
+			now() - (100000 - i) * interval '30 milliseconds'
+		FROM generate_series(1, 100000) AS i`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE "Order" SET delivered_at = now() WHERE state = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE "Order"`); err != nil {
+		t.Fatal(err)
+	}
+	var mid, one int64
+	if err := db.QueryRowContext(ctx, `SELECT MAX(id) / 2 FROM "Order"`).Scan(&mid); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT MIN(id) FROM "Order" WHERE outbox = 'bulk0' AND id > $1`, mid).Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+
+	rec := &recorder{}
+	recDB := sql.OpenDB(&recConnector{drv: db.DB.Driver(), dsn: db.DSN, rec: rec})
+	t.Cleanup(func() { recDB.Close() })
+	h, err := outboxerui.New(outboxerui.Config{Instances: []outboxerui.Instance{{Name: "main", DB: recDB, Dialect: core.Postgres, Table: table}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.handler = h
+	f.srv.Config.Handler = h
+	f.base = f.srv.URL + "/"
+	m := strconv.FormatInt(mid, 10)
+	pages := []string{
+		"messages?i=main&o=bulk1",
+		"messages?i=main&o=bulk1&after=" + m,
+		"messages?i=main&o=bulk1&before=" + m,
+		"messages?i=main&o=bulk2&state=retrying&after=" + m,
+		"messages?i=main&o=bulk2&state=scheduled",
+		"messages?i=main&o=bulk2&state=dead&after=" + m,
+		"messages?i=main&o=bulk0&state=delivered&after=" + m,
+		"messages?i=main&o=bulk0&type=type3&after=" + m,
+		// Not here: a group filter on the pending list. No index has group_key for ready
+		// messages (the migration indexes ready rows by partition), so PostgreSQL reads
+		// the outbox's rows for a rare group.
+		"messages?i=main&o=bulk0&state=retrying&group=g42",
+		"messages?i=main&o=bulk0&state=dead&group=g40",
+		"messages?i=main&o=bulk0&hk=tenant&hv=t2&after=" + m,
+		"messages?i=main&o=bulk0&state=dead&err=timeout+9",
+		"messages?i=main&o=bulk0&min=" + m + "&max=" + strconv.FormatInt(mid+5000, 10),
+		"messages?i=main&o=bulk0&age=10m",
+		"message?i=main&o=bulk0&id=" + strconv.FormatInt(one, 10),
+	}
+	rec.take()
+	for _, p := range pages {
+		f.mustGet(p)
+		stmts := rec.take()
+		if len(stmts) == 0 {
+			t.Fatalf("%s ran no statement through the recording handle", p)
+		}
+		for _, s := range stmts {
+			if !strings.Contains(s.query, `"Order"`) || !strings.HasPrefix(strings.TrimSpace(s.query), "SELECT") && !strings.HasPrefix(strings.TrimSpace(s.query), "WITH") {
+				continue
+			}
+			rows, err := db.QueryContext(ctx, "EXPLAIN "+s.query, s.args...)
+			if err != nil {
+				t.Fatalf("EXPLAIN %s: %v", s.query, err)
+			}
+			var plan []string
+			for rows.Next() {
+				var line string
+				rows.Scan(&line)
+				plan = append(plan, line)
+			}
+			rows.Close()
+			text := strings.Join(plan, "\n")
+			if strings.Contains(text, `Seq Scan on "Order"`) {
+				t.Errorf("%s: a sequential scan of the message table:\n%s\n%s", p, s.query, text)
+			}
+		}
+	}
+}
