@@ -786,7 +786,15 @@ func mysqlName(n int) string {
 // waitingFromReady moves the rows of a table made by an earlier version that are not due
 // yet (scheduled, or waiting for a retry) from ready to waiting.
 func (s *SQL) waitingFromReady() string {
-	return `UPDATE ` + s.Messages + ` SET state = ` + strconv.Itoa(Waiting) + ` WHERE state = 0 AND available_at > ` + s.Now()
+	// On PostgreSQL now() is the migration transaction's start, which can be before a
+	// message published while the migration waited for its lock: compared with it, that
+	// message would look not due yet and be taken from a relay that has it in flight.
+	// The statement's own clock sees only rows of earlier versions as not due.
+	now := s.Now()
+	if s.Kind == Postgres {
+		now = `clock_timestamp()`
+	}
+	return `UPDATE ` + s.Messages + ` SET state = ` + strconv.Itoa(Waiting) + ` WHERE state = 0 AND available_at > ` + now
 }
 
 // Down returns the statements that drop what Up created.
