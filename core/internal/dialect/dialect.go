@@ -123,7 +123,7 @@ func New(kind Kind, schema, table string) *SQL {
 	s.AcquireLease = s.p(`UPDATE ` + s.Leases + ` SET owner = ?, token = token + 1, expires_at = ` + s.NowPlus("?") +
 		` WHERE outbox = ? AND part = ? AND expires_at < ` + now)
 	s.ReadLease = s.p(`SELECT token, paused FROM ` + s.Leases + ` WHERE outbox = ? AND part = ? AND owner = ?`)
-	s.RenewLease = s.p(`UPDATE ` + s.Leases + ` SET expires_at = ` + s.NowPlus("?") + ` WHERE outbox = ? AND part = ? AND token = ?`)
+	s.RenewLease = s.p(`UPDATE ` + s.Leases + ` SET expires_at = ` + s.NowPlus("?") + ` WHERE outbox = ? AND part = ? AND token = ? AND owner = ?`)
 	// FenceLease is RenewLease as the first statement of a confirming transaction: it
 	// locks the lease row, so a takeover waits for the commit or the confirm sees it.
 	s.FenceLease = s.RenewLease
@@ -590,8 +590,8 @@ func (s *SQL) MarkDelivered(ids []int64) (string, []any) {
 
 // ConfirmAll (PostgreSQL) extends the lease of (outbox, part) if its token still matches
 // and, only then, deletes the given pending messages (or marks them delivered, with keep).
-// Its first four arguments are the lease duration in microseconds, the outbox, the
-// partition and the token; it returns whether the lease held (1 or 0) and how many rows
+// Its first five arguments are the lease duration in microseconds, the outbox, the
+// partition, the token and the owner; it returns whether the lease held (1 or 0) and how many rows
 // it changed. The lease row stays locked until the statement ends, so a takeover either
 // waits for it or makes it change nothing.
 func (s *SQL) ConfirmAll(ids []int64, keep bool) (string, []any) {
@@ -601,7 +601,7 @@ func (s *SQL) ConfirmAll(ids []int64, keep bool) (string, []any) {
 		change = `UPDATE ` + s.Messages + ` SET state = 1, delivered_at = now() WHERE state = 0 AND ` + cond
 	}
 	return s.p(`WITH l AS (UPDATE ` + s.Leases + ` SET expires_at = ` + s.NowPlus("?") +
-		` WHERE outbox = ? AND part = ? AND token = ? RETURNING 1), d AS (` + change +
+		` WHERE outbox = ? AND part = ? AND token = ? AND owner = ? RETURNING 1), d AS (` + change +
 		` AND EXISTS (SELECT 1 FROM l) RETURNING 1) SELECT (SELECT COUNT(*) FROM l), (SELECT COUNT(*) FROM d)`), args
 }
 
