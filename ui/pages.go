@@ -71,7 +71,7 @@ var funcs = template.FuncMap{
 		}
 		return strings.Join(s, ", ")
 	},
-	"retryable": func(st int) bool { return st == stDead || st == stWaiting },
+	"retryable": retryable,
 }
 
 var pageNames = []string{"overview", "outbox", "messages", "message", "confirm", "error"}

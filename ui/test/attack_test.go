@@ -1,0 +1,226 @@
+package uitest
+
+// Attacks on the dashboard's promises (issue 21): hostile data, CSRF and read-only,
+// filters and cursors, bulk actions racing the relay, mounting. Each test is a proof
+// kept: it failed before the fix it names, or it pins a refusal the dashboard makes.
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/dbtest"
+	outboxerui "github.com/outboxer-go/outboxer/ui"
+)
+
+// publishTo publishes messages to outbox (any name) of the fixture's table with an
+// instance of its own, and returns their IDs.
+func (f *fixture) publishTo(outbox string, ms []msg, opts ...[]core.PublishOption) []int64 {
+	f.t.Helper()
+	ctx := context.Background()
+	ob, err := core.New(core.Config{DB: f.db.DB, Dialect: f.db.Dialect, Table: table, PublishOnly: true, Codec: rawCodec,
+		Outboxes: map[string]core.OutboxConfig{outbox: {}}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []int64
+	for i, m := range ms {
+		m.box = outbox
+		var o []core.PublishOption
+		if i < len(opts) {
+			o = opts[i]
+		}
+		env, err := ob.Publish(ctx, f.db.DB, m, o...)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		out = append(out, env.ID)
+	}
+	return out
+}
+
+// confirmation posts an action to the confirmation page and returns its body and the
+// fields its form would send to do.
+func (f *fixture) confirmation(form url.Values) (string, url.Values) {
+	f.t.Helper()
+	form.Set("csrf", f.token())
+	code, _, body := f.post("confirm", form)
+	if code != http.StatusOK {
+		f.t.Fatalf("confirm %v: %d\n%s", form, code, body)
+	}
+	confirmed := url.Values{}
+	if i := strings.Index(body, `action="do"`); i >= 0 {
+		for _, m := range hiddenRE.FindAllStringSubmatch(body[i:], -1) {
+			confirmed.Add(m[1], unescape(m[2]))
+		}
+	}
+	return body, confirmed
+}
+
+// done posts a confirmed action and returns how many messages its report says changed.
+func (f *fixture) done(confirmed url.Values) int64 {
+	f.t.Helper()
+	code, loc, body := f.post("do", confirmed)
+	if code != http.StatusSeeOther {
+		f.t.Fatalf("do %v: %d\n%s", confirmed, code, body)
+	}
+	u, err := url.Parse(loc)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	n, _ := strconv.ParseInt(u.Query().Get("n"), 10, 64)
+	return n
+}
+
+// TestAttackHostileNamesAreText: an outbox name, a type, a group key and headers made to
+// break out of text, attributes and URLs show as text on every page, and no link of a
+// page is a javascript: URL.
+func TestAttackHostileNamesAreText(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		const (
+			box   = `</title><script>alert(6)</script>`
+			typ   = `"><svg onload=alert(7)>`
+			group = `javascript:alert(8)`
+			css   = `</style><style>body{background:url(//evil.example/x)}</style>`
+		)
+		deep := strings.Repeat("[", 20000) + strings.Repeat("]", 20000) // deeper than encoding/json goes
+		ids := f.publishTo(box, []msg{
+			{typ: typ, body: []byte(`{"html":"</script><script>alert(9)</script>"}`)},
+			{typ: typ, body: []byte("nul\x00 and invalid \xff\xfe utf-8 </pre><script>alert(10)</script>")},
+			{typ: typ, body: []byte(deep)},
+			{typ: typ, body: []byte(`{"a":` + strings.Repeat(`{"a":`, 5000) + `1` + strings.Repeat("}", 5001))},
+		}, []core.PublishOption{core.WithGroupKey(group), core.WithHeaders(map[string]string{
+			"link": "javascript:alert(11)", css: css, `"quoted" key`: `' onmouseover=alert(12) '`})})
+		pages := []string{"", "outbox?i=main&o=" + url.QueryEscape(box), "messages?i=main&o=" + url.QueryEscape(box)}
+		for _, id := range ids {
+			pages = append(pages, "message?i=main&o="+url.QueryEscape(box)+"&id="+strconv.FormatInt(id, 10))
+		}
+		for _, p := range pages {
+			body := f.mustGet(p)
+			mustNotContain(t, p, body, "<script>alert", "<svg", "<style>body", `href="javascript:`, "href='javascript:",
+				`' onmouseover`, "\x00")
+			if p != "" && !strings.Contains(body, "&lt;/title&gt;&lt;script&gt;alert(6)&lt;/script&gt;") {
+				t.Errorf("%s does not show the outbox name as text:\n%s", p, body)
+			}
+		}
+		body := f.mustGet(pages[3])
+		mustContain(t, "the message with hostile headers", body, "javascript:alert(11)", "&lt;/style&gt;&lt;style&gt;", "&#39; onmouseover=alert(12) &#39;",
+			"&lt;/script&gt;&lt;script&gt;alert(9)&lt;/script&gt;")
+		body = f.mustGet(pages[4])
+		mustContain(t, "a payload with NUL and invalid UTF-8", body, "binary (hex)", "6e 75 6c 00")
+		// Deeper than encoding/json parses: text; 5000 objects deep: indented JSON.
+		mustContain(t, "a too deeply nested payload", f.mustGet(pages[5]), "text, 39.1 KiB", strings.Repeat("[", 100))
+		mustContain(t, "a deeply nested payload", f.mustGet(pages[6]), "JSON, ", "&#34;a&#34;: {\n")
+		// The confirmation of an action on that outbox names it as text too.
+		body, _ = f.confirmation(url.Values{"i": {"main"}, "o": {box}, "op": {"discard"}, "scope": {"ids"}, "id": ids2s(ids[:1])})
+		mustContain(t, "the confirmation", body, "&lt;/title&gt;&lt;script&gt;alert(6)")
+		mustNotContain(t, "the confirmation", body, "<script>alert")
+	})
+}
+
+func ids2s(v []int64) []string { return ids(v...) }
+
+// TestAttackHostileInstanceName: an instance name is shown as text, in ids and links too.
+func TestAttackHostileInstanceName(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		name := `"><script>alert(13)</script>`
+		h, err := outboxerui.New(outboxerui.Config{Instances: []outboxerui.Instance{{Name: name, DB: db.DB, Dialect: db.Dialect, Table: table}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.srv.Config.Handler = h
+		f.base = f.srv.URL + "/"
+		for _, p := range []string{"", "outbox?o=orders&i=" + url.QueryEscape(name), "messages?o=mail&state=dead&i=" + url.QueryEscape(name),
+			"message?o=mail&id=" + strconv.FormatInt(f.dead[0], 10) + "&i=" + url.QueryEscape(name)} {
+			body := f.mustGet(p)
+			mustNotContain(t, p, body, "<script>alert(13)", `"><script>`)
+		}
+		mustContain(t, "the overview", f.mustGet(""), `href="outbox?i=%22%3E%3Cscript%3Ealert%2813%29%3C%2Fscript%3E&amp;o=orders"`)
+	})
+}
+
+// TestAttackSecurityHeadersOnEveryResponse: errors, refusals, redirects and static files
+// carry the Content-Security-Policy too.
+func TestAttackSecurityHeadersOnEveryResponse(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		check := func(what string, resp *http.Response, wantCode int) {
+			t.Helper()
+			resp.Body.Close()
+			if resp.StatusCode != wantCode {
+				t.Errorf("%s: %d, want %d", what, resp.StatusCode, wantCode)
+			}
+			csp := resp.Header.Get("Content-Security-Policy")
+			if !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "frame-ancestors 'none'") || strings.Contains(csp, "unsafe") {
+				t.Errorf("%s: Content-Security-Policy %q", what, csp)
+			}
+			if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+				t.Errorf("%s: no X-Content-Type-Options: nosniff", what)
+			}
+		}
+		do := func(method, path string, body string, header ...string) *http.Response {
+			req, _ := http.NewRequest(method, f.base+path, strings.NewReader(body))
+			if body != "" {
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			}
+			for i := 0; i+1 < len(header); i += 2 {
+				req.Header.Set(header[i], header[i+1])
+			}
+			resp, err := f.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp
+		}
+		tok := "csrf=" + f.token()
+		check("an unknown page", do("GET", "nope", ""), http.StatusNotFound)
+		check("an unknown outbox", do("GET", "outbox?i=main&o=nope", ""), http.StatusNotFound)
+		check("a bad filter", do("GET", "messages?i=main&o=orders&state=lost", ""), http.StatusBadRequest)
+		check("a missing message", do("GET", "message?i=main&o=orders&id=999999", ""), http.StatusNotFound)
+		check("the stylesheet", do("GET", "static/app.css", ""), http.StatusOK)
+		check("a missing static file", do("GET", "static/nope.js", ""), http.StatusNotFound)
+		check("GET of an action", do("GET", "do?op=discard", ""), http.StatusMethodNotAllowed)
+		check("PUT of an action", do("PUT", "do", tok), http.StatusMethodNotAllowed)
+		check("a POST without token", do("POST", "do", "op=discard"), http.StatusForbidden)
+		check("a cross-site POST", do("POST", "do", tok, "Sec-Fetch-Site", "cross-site"), http.StatusForbidden)
+		check("a bad action", do("POST", "confirm", tok+"&op=explode"), http.StatusBadRequest)
+		check("an action's redirect", do("POST", "do", tok+"&i=main&o=orders&op=pause"), http.StatusSeeOther)
+		rec := httptest.NewRecorder()
+		http.StripPrefix("/admin/outbox", f.handler).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/admin/outbox", nil))
+		check("the mount point's redirect", rec.Result(), http.StatusMovedPermanently)
+	})
+}
+
+// TestAttackRetryAllLeavesScheduledMessages: "Retry all matching" on the pending list
+// retries the failed messages; a message scheduled for later (WithDelay) that never
+// failed is not "waiting for a retry" and must keep its time. It was made due at once.
+func TestAttackRetryAllLeavesScheduledMessages(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		body, confirmed := f.confirmation(url.Values{"i": {"main"}, "o": {"orders"}, "op": {"retry"}, "scope": {"filter"}, "state": {"pending"}})
+		mustContain(t, "the confirmation", body, "Retry 1 message of outbox")
+		if n := f.done(confirmed); n != 1 {
+			t.Fatalf("retried %d, want 1 (the failed one)", n)
+		}
+		if got := listed(f.mustGet("messages?i=main&o=orders&state=scheduled")); !slices.Equal(got, []int64{f.scheduled}) {
+			t.Fatalf("after retrying the pending list, the scheduled list is %v, want [%d]: a scheduled message was made due", got, f.scheduled)
+		}
+		// Selected by ID: the same.
+		body, confirmed = f.confirmation(url.Values{"i": {"main"}, "o": {"orders"}, "op": {"retry"}, "scope": {"ids"}, "id": ids(f.scheduled)})
+		mustNotContain(t, "the confirmation of a scheduled message", body, "due now")
+		if len(confirmed) > 0 {
+			f.done(confirmed)
+		}
+		if got := listed(f.mustGet("messages?i=main&o=orders&state=scheduled")); !slices.Equal(got, []int64{f.scheduled}) {
+			t.Fatalf("after retrying it by ID, the scheduled list is %v, want [%d]", got, f.scheduled)
+		}
+	})
+}
