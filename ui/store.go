@@ -390,6 +390,23 @@ func (s *store) ids(ctx context.Context, outbox string, f filter, after int64, l
 	return out, err
 }
 
+// idsIn returns those of ids that f selects, ascending.
+func (s *store) idsIn(ctx context.Context, outbox string, f filter, ids []int64) ([]int64, error) {
+	cond, args := s.where(outbox, f)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	var out []int64
+	err := s.query(ctx, `SELECT id FROM `+s.msgs+` WHERE `+cond+` AND id IN (?`+strings.Repeat(", ?", len(ids)-1)+`) ORDER BY id`, args,
+		func(scan func(...any) error) error {
+			var id int64
+			err := scan(&id)
+			out = append(out, id)
+			return err
+		})
+	return out, err
+}
+
 // message is one message in full.
 type message struct {
 	row

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest"
@@ -221,6 +222,50 @@ func TestAttackRetryAllLeavesScheduledMessages(t *testing.T) {
 		}
 		if got := listed(f.mustGet("messages?i=main&o=orders&state=scheduled")); !slices.Equal(got, []int64{f.scheduled}) {
 			t.Fatalf("after retrying it by ID, the scheduled list is %v, want [%d]", got, f.scheduled)
+		}
+	})
+}
+
+// TestAttackBulkChangesWhatWasCounted: between the confirmation and the click, an older
+// message (a lower ID than the newest counted) dies. The discard must change the
+// messages counted, not one more.
+func TestAttackBulkChangesWhatWasCounted(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		ctx := context.Background()
+		// p waits for its time; q dies now: q is the newest dead message.
+		p, err := f.ob.Publish(ctx, db.DB, msg{"mail", "mail.send", []byte("dies after the confirmation")}, core.WithDelay(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := f.ob.Publish(ctx, db.DB, msg{"mail", "mail.send", []byte("dead before it")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.relay.fail(q.ID, errorString("dead"))
+		f.relay.fail(p.ID, errorString("dead too"))
+		f.drain("mail")
+		body, confirmed := f.confirmation(url.Values{"i": {"main"}, "o": {"mail"}, "op": {"discard"}, "scope": {"filter"}, "state": {"dead"}})
+		mustContain(t, "the confirmation", body, "Delete 4 messages")
+		// p's hour passes (its row is due now), and it dies.
+		quote := func(s string) string {
+			if db.Dialect == core.MySQL {
+				return "`" + s + "`"
+			}
+			return `"` + s + `"`
+		}
+		if _, err := db.ExecContext(ctx, `UPDATE `+quote(table)+` SET available_at = created_at WHERE id = `+strconv.FormatInt(p.ID, 10)); err != nil {
+			t.Fatal(err)
+		}
+		f.drain("mail")
+		if c := f.counts("mail"); c.Dead != 5 {
+			t.Fatalf("dead before the click: %d, want 5", c.Dead)
+		}
+		if n := f.done(confirmed); n != 4 {
+			t.Errorf("the click discarded %d messages; the confirmation counted 4", n)
+		}
+		if got := listed(f.mustGet("messages?i=main&o=mail&state=dead")); !slices.Equal(got, []int64{p.ID}) {
+			t.Errorf("dead after the discard: %v, want [%d], the one that died after the confirmation", got, p.ID)
 		}
 	})
 }
