@@ -241,6 +241,15 @@ func likeEscape(s string) string {
 	return r.Replace(s)
 }
 
+// contains returns the condition that the text column col contains sub, case included,
+// and its argument. SQLite's LIKE ignores the case of ASCII letters: instr does not.
+func (s *store) contains(col, sub string) (string, any) {
+	if s.dialect == core.SQLite {
+		return "instr(" + col + ", ?) > 0", sub
+	}
+	return col + " LIKE ? ESCAPE '!'", "%" + likeEscape(sub) + "%"
+}
+
 // where returns the condition and arguments of the messages of outbox that f selects.
 func (s *store) where(outbox string, f filter) (string, []any) {
 	conds := []string{"outbox = ?"}
@@ -281,12 +290,12 @@ func (s *store) where(outbox string, f filter) (string, []any) {
 			v, _ := json.Marshal(f.HeaderVal)
 			pat += string(v)
 		}
-		conds = append(conds, "headers LIKE ? ESCAPE '!'")
-		args = append(args, "%"+likeEscape(pat)+"%")
+		cond, arg := s.contains("headers", pat)
+		conds, args = append(conds, cond), append(args, arg)
 	}
 	if f.Error != "" {
-		conds = append(conds, "last_error LIKE ? ESCAPE '!'")
-		args = append(args, "%"+likeEscape(f.Error)+"%")
+		cond, arg := s.contains("last_error", f.Error)
+		conds, args = append(conds, cond), append(args, arg)
 	}
 	if f.MinID > 0 {
 		conds = append(conds, "id >= ?")

@@ -269,3 +269,118 @@ func TestAttackBulkChangesWhatWasCounted(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackFiltersAreParameters: SQL in every filter and cursor is a value: it selects
+// nothing (or is refused), and the table is intact after.
+func TestAttackFiltersAreParameters(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		inject := []string{`' OR '1'='1`, `x'); DROP TABLE "Order"; --`, "x`; DROP TABLE `Order`; --", `\' OR 1=1 -- `, `%' OR '%'='`, "' UNION SELECT 1,2,3 --"}
+		for _, name := range []string{"type", "group", "hk", "hv", "err"} {
+			for _, v := range inject {
+				q := "messages?i=main&o=orders&" + name + "=" + url.QueryEscape(v)
+				if name == "hv" {
+					q += "&hk=tenant"
+				}
+				if got := listed(f.mustGet(q)); len(got) != 0 {
+					t.Errorf("%s lists %v, want nothing", q, got)
+				}
+			}
+		}
+		for _, name := range []string{"min", "max", "age", "state", "o", "i"} {
+			for _, v := range inject {
+				q := url.Values{"i": {"main"}, "o": {"orders"}}
+				q.Set(name, v)
+				code, _ := f.get("messages?" + q.Encode())
+				if code != http.StatusBadRequest && code != http.StatusNotFound {
+					t.Errorf("messages?%s=%q: %d, want 400 or 404", name, v, code)
+				}
+			}
+		}
+		// Cursors that are not IDs show the first page; the page after the last ID, none.
+		all := []int64{f.stuck, f.held1, f.held2, f.scheduled}
+		for _, c := range []string{"-1", "abc", "1e3", "0x10", "99999999999999999999", "1;DROP", " 1", "%00"} {
+			for _, k := range []string{"after", "before"} {
+				if got := listed(f.mustGet("messages?i=main&o=orders&" + k + "=" + url.QueryEscape(c))); !slices.Equal(got, all) {
+					t.Errorf("%s=%q lists %v, want the first page %v", k, c, got, all)
+				}
+			}
+		}
+		if got := listed(f.mustGet("messages?i=main&o=orders&after=9223372036854775807")); len(got) != 0 {
+			t.Errorf("after the largest ID: %v", got)
+		}
+		if got := listed(f.mustGet("messages?i=main&o=orders&before=9223372036854775807")); !slices.Equal(got, all) {
+			t.Errorf("before the largest ID: %v, want %v", got, all)
+		}
+		// Actions carry filters too: the confirmation of a bulk action with them counts
+		// nothing and the table is whole.
+		for _, v := range inject {
+			body, _ := f.confirmation(url.Values{"i": {"main"}, "o": {"mail"}, "op": {"discard"}, "scope": {"filter"}, "state": {"dead"}, "type": {v}})
+			mustContain(t, "a confirmation with SQL as type", body, "Nothing to change.")
+		}
+		for _, bad := range []url.Values{{"id": {"1 OR 1=1"}}, {"id": {"-1"}}, {"id": {"0"}}, {"upto": {"-5"}, "scope": {"filter"}}, {"id": {"1,x"}}} {
+			form := url.Values{"i": {"main"}, "o": {"mail"}, "op": {"discard"}, "scope": {"ids"}, "csrf": {f.token()}}
+			for k, v := range bad {
+				form[k] = v
+			}
+			if code, _, _ := f.post("do", form); code != http.StatusBadRequest {
+				t.Errorf("do with %v: %d, want 400", bad, code)
+			}
+		}
+		if c := f.counts("mail"); c.Dead != 3 {
+			t.Fatalf("mail has %d dead after the attempts, want 3", c.Dead)
+		}
+		if c := f.counts("orders"); c.Pending != 4 {
+			t.Fatalf("orders has %d pending after the attempts, want 4", c.Pending)
+		}
+	})
+}
+
+// TestAttackFiltersMatchExactly: LIKE wildcards and quotes in header filters are
+// characters; header names and values, group keys and types compare exactly, case and
+// trailing spaces included (MariaDB's default collations ignore both).
+func TestAttackFiltersMatchExactly(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		h := func(k, v string) []core.PublishOption { return []core.PublishOption{core.WithHeaders(map[string]string{k: v})} }
+		g := func(k string) []core.PublishOption { return []core.PublishOption{core.WithGroupKey(k)} }
+		m := func(typ string) msg { return msg{typ: typ, body: []byte("x")} }
+		id := f.publishTo("exact", []msg{m("t"), m("t"), m("t"), m("t"), m("t"), m("t"), m("t"), m("t"), m("t"), m("t"), m("T"), m("t "), m("t")},
+			h("tenant", "acme"), h("Tenant", "ACME"), h("tenant", "a%e"), h("tenant", "a_me"), h("ten_nt", "x"), h(`te"n`, `a"b`), h("t", `x\`),
+			g("g"), g("G"), g("g "), nil, nil, g(" g"))
+		for _, c := range []struct {
+			query string
+			want  []int64
+		}{
+			{"hk=tenant&hv=acme", id[0:1]},
+			{"hk=Tenant&hv=ACME", id[1:2]},
+			{"hk=tenant&hv=a%25e", id[2:3]},
+			{"hk=tenant&hv=a_me", id[3:4]},
+			{"hk=tenant&hv=a", nil},
+			{"hk=ten_nt", id[4:5]},
+			{"hk=tenant", []int64{id[0], id[2], id[3]}},
+			{"hk=" + url.QueryEscape(`te"n`) + "&hv=" + url.QueryEscape(`a"b`), id[5:6]},
+			{"hk=t&hv=" + url.QueryEscape(`x\`), id[6:7]},
+			{"group=g", id[7:8]},
+			{"group=G", id[8:9]},
+			{"group=g+", id[9:10]},
+			{"group=+g", id[12:13]},
+			{"type=T", id[10:11]},
+			{"type=t+", id[11:12]},
+		} {
+			if got := listed(f.mustGet("messages?i=main&o=exact&" + c.query)); !slices.Equal(got, c.want) {
+				t.Errorf("messages?%s lists %v, want %v", c.query, got, c.want)
+			}
+		}
+		// Error text: as written, on every database.
+		if got := listed(f.mustGet("messages?i=main&o=orders&err=BROKER+SAID")); len(got) != 0 {
+			t.Errorf("an error filter in capitals lists %v, want nothing (the error is in lower case)", got)
+		}
+		// A bulk discard over a group discards that group only.
+		body, confirmed := f.confirmation(url.Values{"i": {"main"}, "o": {"exact"}, "op": {"discard"}, "scope": {"filter"}, "state": {"pending"}, "group": {"g"}})
+		mustContain(t, "the confirmation", body, "Delete 1 message ")
+		if n := f.done(confirmed); n != 1 {
+			t.Fatalf("discarded %d of group g, want 1", n)
+		}
+	})
+}
