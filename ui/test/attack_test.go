@@ -384,3 +384,288 @@ func TestAttackFiltersMatchExactly(t *testing.T) {
 		}
 	})
 }
+
+// noJar is a client without cookies of its own (only those a request carries), that
+// does not follow redirects.
+var noJar = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// TestAttackCSRF: a token is bound to its cookie and to the handler's key; a token from
+// another dashboard, in the URL, or with a cookie of another length is refused; no
+// method or override header gets around the POST and its token.
+func TestAttackCSRF(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		discard := url.Values{"i": {"main"}, "o": {"mail"}, "op": {"discard"}, "scope": {"ids"}, "id": ids(f.dead...)}
+		// Another dashboard over the same table, with its own key: its token, sent with
+		// its cookie, is refused here.
+		other, err := outboxerui.New(outboxerui.Config{Instances: []outboxerui.Instance{{Name: "main", DB: db.DB, Dialect: db.Dialect, Table: table}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		other.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/outbox?i=main&o=orders", nil))
+		m := csrfRE.FindStringSubmatch(rec.Body.String())
+		cookie := rec.Result().Cookies()
+		if m == nil || len(cookie) != 1 {
+			t.Fatalf("the other dashboard gave no token or cookie")
+		}
+		raw := func(method, path, body string, header ...string) int {
+			req, _ := http.NewRequest(method, f.base+path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			for i := 0; i+1 < len(header); i += 2 {
+				req.Header.Set(header[i], header[i+1])
+			}
+			resp, err := noJar.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		form := func(tok string) string {
+			v := url.Values{}
+			for k, x := range discard {
+				v[k] = x
+			}
+			v.Set("csrf", tok)
+			return v.Encode()
+		}
+		if code := raw("POST", "do", form(m[1]), "Cookie", cookie[0].Name+"="+cookie[0].Value); code != http.StatusForbidden {
+			t.Errorf("another dashboard's token with its cookie: %d, want 403", code)
+		}
+		token := f.token()
+		u, _ := url.Parse(f.base)
+		ours := f.client.Jar.Cookies(u)
+		if len(ours) != 1 {
+			t.Fatalf("cookies of the dashboard: %v", ours)
+		}
+		for _, c := range []struct {
+			name, method, path, body string
+			header                   []string
+		}{
+			{"the token in the URL", "POST", "do?csrf=" + token, form(""), []string{"Cookie", ours[0].Name + "=" + ours[0].Value}},
+			{"an empty cookie and an empty token", "POST", "do", form(""), []string{"Cookie", ours[0].Name + "="}},
+			{"a short cookie", "POST", "do", form(token), []string{"Cookie", ours[0].Name + "=" + ours[0].Value[:63]}},
+			{"two tokens, the first wrong", "POST", "do", "csrf=x&" + form(token), []string{"Cookie", ours[0].Name + "=" + ours[0].Value}},
+			{"a null origin", "POST", "do", form(token), []string{"Cookie", ours[0].Name + "=" + ours[0].Value, "Origin", "null"}},
+			{"a same-site sibling", "POST", "do", form(token), []string{"Cookie", ours[0].Name + "=" + ours[0].Value, "Sec-Fetch-Site", "same-site"}},
+		} {
+			if code := raw(c.method, c.path, c.body, c.header...); code != http.StatusForbidden {
+				t.Errorf("%s: %d, want 403", c.name, code)
+			}
+		}
+		for _, c := range []struct {
+			method, path string
+			header       []string
+		}{
+			{"GET", "do?" + form(token), nil},
+			{"GET", "confirm?" + form(token), nil},
+			{"HEAD", "do?" + form(token), nil},
+			{"PUT", "do", nil},
+			{"DELETE", "do?" + form(token), nil},
+			{"PATCH", "do", nil},
+			{"GET", "do?" + form(token), []string{"X-HTTP-Method-Override", "POST"}},
+			{"GET", "do?_method=POST&" + form(token), nil},
+			{"post", "do", nil},
+		} {
+			code := raw(c.method, c.path, form(token), append([]string{"Cookie", ours[0].Name + "=" + ours[0].Value}, c.header...)...)
+			if code != http.StatusMethodNotAllowed && code != http.StatusBadRequest && code != http.StatusNotFound {
+				t.Errorf("%s %s: %d, want a refusal", c.method, c.path, code)
+			}
+		}
+		if c := f.counts("mail"); c.Dead != 3 {
+			t.Fatalf("a refused request discarded: %d dead, want 3", c.Dead)
+		}
+		// The same token, with its cookie, works more than once: it is not one-time, but
+		// the action it carries is idempotent (see TestAttackDoubleSubmit).
+		if code := raw("POST", "do", form(token), "Cookie", ours[0].Name+"="+ours[0].Value); code != http.StatusSeeOther {
+			t.Fatalf("the right token and cookie: %d, want 303", code)
+		}
+		if c := f.counts("mail"); c.Dead != 0 {
+			t.Fatalf("the discard left %d dead", c.Dead)
+		}
+	})
+}
+
+// TestAttackReadOnlyRefusesEverything: a read-only dashboard refuses every action, with a
+// valid token and cookie (made by a writable dashboard sharing its CSRF key), every op and
+// scope, and every method.
+func TestAttackReadOnlyRefusesEverything(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		key := []byte(strings.Repeat("k", 32))
+		f := newFixture(t, db, func(c *outboxerui.Config) { c.CSRFKey = key })
+		token := f.token() // from the writable dashboard, in the client's jar
+		ro, err := outboxerui.New(outboxerui.Config{ReadOnly: true, CSRFKey: key,
+			Instances: []outboxerui.Instance{{Name: "main", DB: db.DB, Dialect: db.Dialect, Table: table}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", ro))
+		f.srv.Config.Handler = mux
+		for _, op := range []string{"retry", "discard", "pause", "resume"} {
+			for _, scope := range []string{"ids", "filter", ""} {
+				form := url.Values{"i": {"main"}, "o": {"mail"}, "op": {op}, "scope": {scope}, "state": {"dead"}, "id": ids(f.dead...),
+					"upto": {"1000000"}, "csrf": {token}}
+				for _, path := range []string{"confirm", "do", "confirm?read_only=0", "do/"} {
+					if code, _, _ := f.post(path, form); code != http.StatusForbidden {
+						t.Errorf("read-only: %s %s to %s: %d, want 403", op, scope, path, code)
+					}
+				}
+			}
+		}
+		for _, method := range []string{"PUT", "DELETE", "PATCH"} {
+			req, _ := http.NewRequest(method, f.base+"do", strings.NewReader(url.Values{"op": {"discard"}, "csrf": {token}}.Encode()))
+			resp, err := f.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode < 400 {
+				t.Errorf("read-only: %s do: %d", method, resp.StatusCode)
+			}
+		}
+		for _, p := range []string{"messages?i=main&o=orders&state=pending", "outbox?i=main&o=mail"} {
+			mustNotContain(t, "read-only "+p, f.mustGet(p), `name="csrf"`, `action="confirm"`, `action="do"`)
+		}
+		if c := f.counts("mail"); c.Dead != 3 {
+			t.Fatalf("a read-only dashboard changed mail: %+v", c)
+		}
+		h, err := f.ob.Health(context.Background(), "orders")
+		if err != nil || h.Outboxes[0].Paused {
+			t.Fatalf("a read-only dashboard paused orders (err %v)", err)
+		}
+	})
+}
+
+// TestAttackDoubleSubmit: the same confirmation sent twice changes things once; an action
+// on a message that changed state since its confirmation leaves it alone.
+func TestAttackDoubleSubmit(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		for _, form := range []url.Values{
+			{"i": {"main"}, "o": {"mail"}, "op": {"retry"}, "scope": {"ids"}, "id": ids(f.dead[0])},
+			{"i": {"main"}, "o": {"mail"}, "op": {"discard"}, "scope": {"ids"}, "id": ids(f.dead[1])},
+			{"i": {"main"}, "o": {"mail"}, "op": {"retry"}, "scope": {"filter"}, "state": {"dead"}},
+		} {
+			_, confirmed := f.confirmation(form)
+			if n := f.done(confirmed); n != 1 {
+				t.Fatalf("%v: changed %d, want 1", form, n)
+			}
+			if n := f.done(confirmed); n != 0 {
+				t.Fatalf("%v sent again: changed %d, want 0", form, n)
+			}
+		}
+		if c := f.counts("mail"); c.Pending != 2 || c.Dead != 0 {
+			t.Fatalf("mail after the double submits: %+v, want 2 pending", c)
+		}
+		// Retry of a message no longer dead: it was retried (and is pending again) between
+		// the confirmation and the click: the click leaves it as it is.
+		_, confirmed := f.confirmation(url.Values{"i": {"main"}, "o": {"orders"}, "op": {"retry"}, "scope": {"ids"}, "id": ids(f.stuck)})
+		f.relay.heal()
+		f.drain("mail") // delivers the two retried: gone
+		if n := f.done(url.Values{"i": {"main"}, "o": {"mail"}, "op": {"retry"}, "scope": {"ids"}, "id": ids(f.dead...), "csrf": {f.token()}}); n != 0 {
+			t.Fatalf("a retry of messages delivered since: %d changed, want 0", n)
+		}
+		if n := f.done(url.Values{"i": {"main"}, "o": {"mail"}, "op": {"discard"}, "scope": {"ids"}, "id": ids(f.dead...), "csrf": {f.token()}}); n != 0 {
+			t.Fatalf("a discard of messages delivered since: %d changed, want 0", n)
+		}
+		if n := f.done(confirmed); n != 1 {
+			t.Fatalf("the confirmed retry of the waiting message: %d, want 1", n)
+		}
+		// Sent again, the message is still waiting (due now, until a relay takes it): the
+		// click makes it due now again, which changes nothing that matters.
+		f.done(confirmed)
+		if res := f.drain("orders"); res.Delivered != 3 {
+			t.Fatalf("after the retry sent twice, a drain delivered %d, want the 3 of g1", res.Delivered)
+		}
+	})
+}
+
+// TestAttackPauseUnknownOutbox: pausing or resuming an outbox the table does not have is
+// a 404 and creates nothing; pausing twice is one pause.
+func TestAttackPauseUnknownOutbox(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		for _, op := range []string{"pause", "resume"} {
+			for _, path := range []string{"confirm", "do"} {
+				for _, o := range []string{"nope", "Orders", "orders ", ""} {
+					form := url.Values{"i": {"main"}, "o": {o}, "op": {op}, "csrf": {f.token()}}
+					if code, _, _ := f.post(path, form); code != http.StatusNotFound {
+						t.Errorf("%s of outbox %q to %s: %d, want 404", op, o, path, code)
+					}
+				}
+				form := url.Values{"i": {"nope"}, "o": {"orders"}, "op": {op}, "csrf": {f.token()}}
+				if code, _, _ := f.post(path, form); code != http.StatusNotFound {
+					t.Errorf("%s in an unknown instance to %s: %d, want 404", op, path, code)
+				}
+			}
+		}
+		body := f.mustGet("")
+		mustNotContain(t, "the overview", body, `o=nope"`, `o=Orders"`)
+		for range 2 {
+			f.done(url.Values{"i": {"main"}, "o": {"orders"}, "op": {"pause"}, "csrf": {f.token()}})
+		}
+		f.done(url.Values{"i": {"main"}, "o": {"orders"}, "op": {"resume"}, "csrf": {f.token()}})
+		h, err := f.ob.Health(context.Background(), "orders")
+		if err != nil || h.Outboxes[0].Paused {
+			t.Fatalf("paused twice, resumed once: paused=%v (err %v), want running", h.Outboxes[0].Paused, err)
+		}
+	})
+}
+
+// TestAttackDiscardInFlight: a message discarded while the relay has it in hand stays
+// gone (the relay's failure finds no row), and its group's next message moves on.
+func TestAttackDiscardInFlight(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		ctx := context.Background()
+		// g1's blocking message is due now; the relay holds it until the discard is done.
+		f.done(url.Values{"i": {"main"}, "o": {"orders"}, "op": {"retry"}, "scope": {"ids"}, "id": ids(f.stuck), "csrf": {f.token()}})
+		entered, release := make(chan struct{}), make(chan struct{})
+		f.relay.mu.Lock()
+		f.relay.failing[f.stuck] = errorString("failed after the discard")
+		f.relay.mu.Unlock()
+		blocking := &gate{relay: f.relay, id: f.stuck, entered: entered, release: release}
+		ob, err := core.New(core.Config{DB: db.DB, Dialect: db.Dialect, Table: table, Manual: true, Codec: rawCodec,
+			Outboxes: map[string]core.OutboxConfig{"orders": {Relay: blocking, Ordering: core.OrderGroup, Partitions: 2, Backoff: core.Backoff{Min: time.Hour, Max: time.Hour}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		drained := make(chan error, 1)
+		go func() { _, err := ob.Drain(ctx, "orders"); drained <- err }()
+		<-entered
+		if n := f.done(url.Values{"i": {"main"}, "o": {"orders"}, "op": {"discard"}, "scope": {"ids"}, "id": ids(f.stuck), "csrf": {f.token()}}); n != 1 {
+			t.Fatalf("discard in flight: %d, want 1", n)
+		}
+		close(release)
+		if err := <-drained; err != nil {
+			t.Fatalf("the drain with a discarded message in flight: %v", err)
+		}
+		if code, _ := f.get("message?i=main&o=orders&id=" + strconv.FormatInt(f.stuck, 10)); code != http.StatusNotFound {
+			t.Fatalf("the discarded message came back: %d", code)
+		}
+		f.relay.heal()
+		f.drain("orders")
+		if got := listed(f.mustGet("messages?i=main&o=orders&group=g1")); len(got) != 0 {
+			t.Fatalf("g1 after the discard and a drain: %v left, want none", got)
+		}
+	})
+}
+
+// gate is a relay that stops in Deliver at the batch holding id until released.
+type gate struct {
+	*relay
+	id               int64
+	entered, release chan struct{}
+}
+
+func (g *gate) Deliver(ctx context.Context, batch []core.Envelope) error {
+	for _, e := range batch {
+		if e.ID == g.id {
+			close(g.entered)
+			<-g.release
+		}
+	}
+	return g.relay.Deliver(ctx, batch)
+}
