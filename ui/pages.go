@@ -179,8 +179,12 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
-// preview shows the start of a payload on one line: text as it is, binary as hex.
-func preview(b []byte) string {
+// preview shows the start of a payload on one line: text as it is, binary as hex. b is
+// the payload's first bytes, of size in all: a character it cuts in two is left out.
+func preview(b []byte, size int64) string {
+	if size > int64(len(b)) {
+		b = cutRune(b)
+	}
 	if utf8.Valid(b) {
 		s := strings.Map(func(r rune) rune {
 			if unicode.IsControl(r) {
@@ -189,7 +193,11 @@ func preview(b []byte) string {
 			return r
 		}, string(b))
 		if len(s) > 60 {
-			s = s[:60] + "…"
+			i := 60
+			for i > 0 && !utf8.RuneStart(s[i]) {
+				i--
+			}
+			s = s[:i] + "…"
 		}
 		return s
 	}
@@ -532,7 +540,7 @@ func formatPayload(p []byte) (kind, body string, cut bool) {
 		}
 	}
 	if len(p) > shownPayload {
-		p, cut = p[:shownPayload], true
+		p, cut = cutRune(p[:shownPayload]), true
 	}
 	if utf8.Valid(p) && !strings.ContainsFunc(string(p), func(r rune) bool {
 		return unicode.IsControl(r) && r != '\n' && r != '\r' && r != '\t'
@@ -540,6 +548,20 @@ func formatPayload(p []byte) (kind, body string, cut bool) {
 		return "text", string(p), cut
 	}
 	return "binary (hex)", hex.Dump(p), cut
+}
+
+// cutRune drops the bytes at the end of b that start a UTF-8 character without its
+// end: b is the start of something longer.
+func cutRune(b []byte) []byte {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return b[:i]
+			}
+			break
+		}
+	}
+	return b
 }
 
 // traceID reads the trace ID of a W3C traceparent header ("" when it is not one).

@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest"
@@ -25,7 +27,7 @@ import (
 func (f *fixture) publishTo(outbox string, ms []msg, opts ...[]core.PublishOption) []int64 {
 	f.t.Helper()
 	ctx := context.Background()
-	ob, err := core.New(core.Config{DB: f.db.DB, Dialect: f.db.Dialect, Table: table, PublishOnly: true, Codec: rawCodec,
+	ob, err := core.New(core.Config{DB: f.db.DB, Dialect: f.db.Dialect, Table: table, PublishOnly: true, Codec: rawCodec, MaxPayloadBytes: 16 << 20,
 		Outboxes: map[string]core.OutboxConfig{outbox: {}}})
 	if err != nil {
 		f.t.Fatal(err)
@@ -342,7 +344,9 @@ func TestAttackFiltersAreParameters(t *testing.T) {
 func TestAttackFiltersMatchExactly(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
 		f := newFixture(t, db)
-		h := func(k, v string) []core.PublishOption { return []core.PublishOption{core.WithHeaders(map[string]string{k: v})} }
+		h := func(k, v string) []core.PublishOption {
+			return []core.PublishOption{core.WithHeaders(map[string]string{k: v})}
+		}
 		g := func(k string) []core.PublishOption { return []core.PublishOption{core.WithGroupKey(k)} }
 		m := func(typ string) msg { return msg{typ: typ, body: []byte("x")} }
 		id := f.publishTo("exact", []msg{m("t"), m("t"), m("t"), m("t"), m("t"), m("t"), m("t"), m("t"), m("t"), m("t"), m("T"), m("t "), m("t")},
@@ -668,4 +672,92 @@ func (g *gate) Deliver(ctx context.Context, batch []core.Envelope) error {
 		}
 	}
 	return g.relay.Deliver(ctx, batch)
+}
+
+// TestAttackPaginationUnderChurn: rows inserted and deleted between pages: walking
+// forward lists each row that lived through the walk exactly once, in order, and never a
+// row twice.
+func TestAttackPaginationUnderChurn(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db, pageSize(3))
+		ctx := context.Background()
+		publish := func(n int) []int64 {
+			var out []int64
+			for i := range n {
+				env, err := f.ob.Publish(ctx, db.DB, msg{"mail", "churn", []byte(strconv.Itoa(i))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, env.ID)
+			}
+			return out
+		}
+		rows := publish(12)
+		deleted := map[int64]bool{}
+		discard := func(id int64) {
+			if _, err := f.ob.Discard(ctx, "mail", id); err != nil {
+				t.Fatal(err)
+			}
+			deleted[id] = true
+		}
+		var seen []int64
+		path := "messages?i=main&o=mail&type=churn"
+		for page := 0; path != ""; page++ {
+			body := f.mustGet(path)
+			got := listed(body)
+			seen = append(seen, got...)
+			m := regexp.MustCompile(`href="(messages\?[^"]*)" id="next"`).FindStringSubmatch(body)
+			path = ""
+			if m != nil {
+				path = unescape(m[1])
+			}
+			if page > 10 {
+				t.Fatal("more than 10 pages")
+			}
+			// Between pages: the last row shown and the next one not shown yet go; new
+			// rows come.
+			if len(got) > 0 {
+				discard(got[len(got)-1])
+				for _, id := range rows {
+					if id > got[len(got)-1] && !deleted[id] {
+						discard(id)
+						break
+					}
+				}
+			}
+			if path != "" {
+				rows = append(rows, publish(1)...)
+			}
+		}
+		if !slices.IsSorted(seen) || len(slices.Compact(slices.Clone(seen))) != len(seen) {
+			t.Fatalf("the walk listed %v: out of order or twice", seen)
+		}
+		for _, id := range rows {
+			if !deleted[id] && !slices.Contains(seen, id) {
+				t.Errorf("row %d lived through the walk and was not listed (listed %v)", id, seen)
+			}
+		}
+	})
+}
+
+// TestAttackPreviewsOfUnicodeText: a payload of multi-byte text is previewed as text in
+// the list, whatever byte its preview is cut at, and a text payload over the 1 MiB shown
+// is shown as text, not hex, whatever byte the cut falls on.
+func TestAttackPreviewsOfUnicodeText(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		text := "a" + strings.Repeat("é", 60)   // the 80-byte preview ends inside an é
+		big := "a" + strings.Repeat("€", 10<<20/3) // 10 MiB; the 1 MiB cut ends inside a €
+		id := f.publishTo("unicode", []msg{{typ: "t", body: []byte(text)}, {typ: "t", body: []byte(big)}})
+		body := f.mustGet("messages?i=main&o=unicode")
+		mustContain(t, "the list", body, `<td class="payload">a`+strings.Repeat("é", 20))
+		if !utf8.ValidString(body) {
+			t.Errorf("the list is not valid UTF-8")
+		}
+		body = f.mustGet("message?i=main&o=unicode&id=" + strconv.FormatInt(id[1], 10))
+		mustContain(t, "the 10 MiB message", body, "text, 10.0 MiB, the first 1 MiB shown", "a€€€€")
+		if !utf8.ValidString(body) {
+			t.Errorf("the page of the 10 MiB message is not valid UTF-8")
+		}
+	})
 }
