@@ -197,6 +197,11 @@ func (h *handler) secure(next http.Handler) http.Handler {
 				last = last[:i]
 			}
 			last = last[strings.LastIndex(last, "/")+1:]
+			if strings.Contains(last, ":") {
+				// A request target like "https:evil.example" (no path): without
+				// "./", the location would name a scheme, and another site.
+				last = "./" + last
+			}
 			hd.Set("Location", last+"/")
 			w.WriteHeader(http.StatusMovedPermanently)
 			return

@@ -5,7 +5,10 @@ package uitest
 // kept: it failed before the fix it names, or it pins a refusal the dashboard makes.
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -746,7 +749,7 @@ func TestAttackPaginationUnderChurn(t *testing.T) {
 func TestAttackPreviewsOfUnicodeText(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
 		f := newFixture(t, db)
-		text := "a" + strings.Repeat("é", 60)   // the 80-byte preview ends inside an é
+		text := "a" + strings.Repeat("é", 60)      // the 80-byte preview ends inside an é
 		big := "a" + strings.Repeat("€", 10<<20/3) // 10 MiB; the 1 MiB cut ends inside a €
 		id := f.publishTo("unicode", []msg{{typ: "t", body: []byte(text)}, {typ: "t", body: []byte(big)}})
 		body := f.mustGet("messages?i=main&o=unicode")
@@ -758,6 +761,56 @@ func TestAttackPreviewsOfUnicodeText(t *testing.T) {
 		mustContain(t, "the 10 MiB message", body, "text, 10.0 MiB, the first 1 MiB shown", "a€€€€")
 		if !utf8.ValidString(body) {
 			t.Errorf("the page of the 10 MiB message is not valid UTF-8")
+		}
+	})
+}
+
+// TestAttackMounting: under a prefix, dot segments and encoded slashes reach no file but
+// the dashboard's own, and the mount point's redirect stays on this site, whatever the
+// request's target says.
+func TestAttackMounting(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		for _, p := range []string{"static/../../go.mod", "static/..%2f..%2fgo.mod", "static%2fapp.css", "static/%2e%2e/templates/layout.html",
+			"static/..%5c..%5cgo.mod", "templates/layout.html", "static/../templates/layout.html", "%2e%2e/%2e%2e/etc/passwd", "static//app.js/.."} {
+			resp, err := noJar.Get(f.base + p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 4096)
+			n, _ := resp.Body.Read(b)
+			resp.Body.Close()
+			body := string(b[:n])
+			if strings.Contains(body, "module ") || strings.Contains(body, "{{") || strings.Contains(body, "root:") {
+				t.Errorf("GET %s: %d served a file that is not the dashboard's:\n%s", p, resp.StatusCode, body)
+			}
+			if resp.StatusCode == http.StatusOK && !strings.HasPrefix(p, "static") {
+				t.Errorf("GET %s: 200", p)
+			}
+		}
+		// The dashboard as the server's root handler (as outboxer ui serves it): a request
+		// whose target has no path is sent to a relative location, never to another site.
+		srv := httptest.NewServer(f.handler)
+		defer srv.Close()
+		for _, target := range []string{"https:evil.example", "http:evil.example", "https:%2f%2fevil.example", "javascript:alert(1)"} {
+			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: dashboard.example\r\nConnection: close\r\n\r\n", target)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			conn.Close()
+			loc := resp.Header.Get("Location")
+			if loc == "" {
+				continue
+			}
+			if u, err := url.Parse(loc); err != nil || u.Scheme != "" || u.Host != "" || strings.HasPrefix(loc, "/") {
+				t.Errorf("GET %s: %d to %q: not a relative location on this site", target, resp.StatusCode, loc)
+			}
 		}
 	})
 }
