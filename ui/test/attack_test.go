@@ -814,3 +814,82 @@ func TestAttackMounting(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackInstancesNeedingQuoting: one dashboard over tables named by reserved words
+// in mixed case and, on PostgreSQL, a schema in mixed case: each page and action stays
+// in the instance it names.
+func TestAttackInstancesNeedingQuoting(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		ctx := context.Background()
+		type inst struct{ name, table, schema string }
+		insts := []inst{{"select", "Select", ""}, {"user", "user", ""}}
+		if db.Dialect == core.Postgres {
+			schema := "Attack_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			t.Cleanup(func() { db.ExecContext(context.Background(), `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`) })
+			insts = append(insts, inst{"schema", "Group", schema})
+		}
+		cfg := outboxerui.Config{Instances: []outboxerui.Instance{{Name: "main", DB: db.DB, Dialect: db.Dialect, Table: table}}}
+		dead := map[string]int64{}
+		obs := map[string]*core.Outboxer{}
+		for _, in := range insts {
+			ob, err := core.New(core.Config{DB: db.DB, Dialect: db.Dialect, Table: in.table, Schema: in.schema, Manual: true, Codec: rawCodec,
+				Outboxes: map[string]core.OutboxConfig{"orders": {Relay: f.relay, MaxAttempts: 1}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ob.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			env, err := ob.Publish(ctx, db.DB, msg{"orders", "in." + in.name, []byte(`{}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.relay.fail(env.ID, errorString("dead in "+in.name))
+			if _, err := ob.Drain(ctx, "orders"); err != nil {
+				t.Fatal(err)
+			}
+			dead[in.name], obs[in.name] = env.ID, ob
+			cfg.Instances = append(cfg.Instances, outboxerui.Instance{Name: in.name, DB: db.DB, Dialect: db.Dialect, Table: in.table, Schema: in.schema})
+		}
+		h, err := outboxerui.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.srv.Config.Handler = h
+		f.base = f.srv.URL + "/"
+		body := f.mustGet("")
+		for _, in := range insts {
+			mustContain(t, "the overview", body, `id="outboxes-`+in.name+`"`, `href="outbox?i=`+in.name+`&amp;o=orders"`)
+			if got := listed(f.mustGet("messages?o=orders&state=dead&i=" + in.name)); !slices.Equal(got, []int64{dead[in.name]}) {
+				t.Errorf("instance %s lists dead %v, want [%d]", in.name, got, dead[in.name])
+			}
+			mustContain(t, "the message of "+in.name, f.mustGet("message?o=orders&i="+in.name+"&id="+strconv.FormatInt(dead[in.name], 10)), "in."+in.name, "dead in "+in.name)
+			f.mustGet("outbox?o=orders&i=" + in.name)
+		}
+		// Pause the first, discard the dead of the second by filter: the others keep theirs.
+		f.done(url.Values{"i": {insts[0].name}, "o": {"orders"}, "op": {"pause"}, "csrf": {f.token()}})
+		_, confirmed := f.confirmation(url.Values{"i": {insts[1].name}, "o": {"orders"}, "op": {"discard"}, "scope": {"filter"}, "state": {"dead"}})
+		if n := f.done(confirmed); n != 1 {
+			t.Fatalf("discard in %s: %d, want 1", insts[1].name, n)
+		}
+		for i, in := range insts {
+			hl, err := obs[in.name].Health(ctx, "orders")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if paused := hl.Outboxes[0].Paused; paused != (i == 0) {
+				t.Errorf("instance %s paused=%v", in.name, paused)
+			}
+			if c, _ := obs[in.name].Counts(ctx, "orders"); c.Dead != map[bool]int64{true: 0, false: 1}[i == 1] {
+				t.Errorf("instance %s has %d dead", in.name, c.Dead)
+			}
+		}
+		if h, _ := f.ob.Health(ctx, "orders"); h.Outboxes[0].Paused {
+			t.Errorf("the main instance's orders was paused")
+		}
+		if c := f.counts("mail"); c.Dead != 3 {
+			t.Errorf("the main instance's mail has %d dead, want 3", c.Dead)
+		}
+	})
+}
