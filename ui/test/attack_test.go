@@ -893,3 +893,66 @@ func TestAttackInstancesNeedingQuoting(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackActionsStayInTheirOutbox: IDs of another outbox, sent with this one's name,
+// are neither retried nor discarded, and too many IDs are refused.
+func TestAttackActionsStayInTheirOutbox(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		for _, op := range []string{"retry", "discard"} {
+			body, confirmed := f.confirmation(url.Values{"i": {"main"}, "o": {"orders"}, "op": {op}, "scope": {"ids"}, "id": ids(f.dead...)})
+			mustContain(t, "the confirmation of IDs of another outbox", body, "Nothing to change.")
+			if len(confirmed) > 0 {
+				t.Fatalf("the confirmation offers to %s messages of another outbox", op)
+			}
+			if n := f.done(url.Values{"i": {"main"}, "o": {"orders"}, "op": {op}, "scope": {"ids"}, "id": ids(f.dead...), "csrf": {f.token()}}); n != 0 {
+				t.Fatalf("%s of mail's IDs named as orders': %d changed", op, n)
+			}
+		}
+		if c := f.counts("mail"); c.Dead != 3 {
+			t.Fatalf("mail has %d dead, want 3", c.Dead)
+		}
+		many := make([]string, 10001)
+		for i := range many {
+			many[i] = strconv.Itoa(i + 1)
+		}
+		form := url.Values{"i": {"main"}, "o": {"mail"}, "op": {"discard"}, "scope": {"ids"}, "id": {strings.Join(many, ",")}, "csrf": {f.token()}}
+		if code, _, body := f.post("confirm", form); code != http.StatusBadRequest || !strings.Contains(body, "select at most 10000") {
+			t.Fatalf("10001 IDs: %d\n%s", code, body)
+		}
+	})
+}
+
+// TestAttackBulkOverManyMessages: over more messages than a form carries IDs for, a bulk
+// action still changes the messages counted, up to the newest of them, and not one
+// published after the confirmation.
+func TestAttackBulkOverManyMessages(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db, batchSize(5000))
+		ctx := context.Background()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10001 {
+			if _, err := f.ob.Publish(ctx, tx, msg{"mail", "many", []byte(strconv.Itoa(i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		body, confirmed := f.confirmation(url.Values{"i": {"main"}, "o": {"mail"}, "op": {"discard"}, "scope": {"filter"}, "state": {"pending"}, "type": {"many"}})
+		mustContain(t, "the confirmation", body, "Delete 10001 messages", "Only messages up to ID")
+		late, err := f.ob.Publish(ctx, db.DB, msg{"mail", "many", []byte("late")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := f.done(confirmed); n != 10001 {
+			t.Fatalf("discarded %d, want 10001", n)
+		}
+		if got := listed(f.mustGet("messages?i=main&o=mail&type=many")); !slices.Equal(got, []int64{late.ID}) {
+			t.Fatalf("left %v, want the message published after the confirmation", got)
+		}
+	})
+}
