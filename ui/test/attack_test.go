@@ -956,3 +956,35 @@ func TestAttackBulkOverManyMessages(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackExtremeFilterValues: the largest durations and IDs a filter parses list
+// what they select (all, or nothing) and never fail the page.
+func TestAttackExtremeFilterValues(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		all := []int64{f.stuck, f.held1, f.held2, f.scheduled}
+		for _, c := range []struct {
+			query string
+			want  []int64
+		}{
+			{"age=2562047h", nil},
+			{"age=1000000h", nil},
+			{"age=87600h", nil},
+			{"age=1ns", all},
+			{"min=9223372036854775807", nil},
+			{"max=9223372036854775807", all},
+			{"min=1&max=9223372036854775807", all},
+		} {
+			code, body := f.get("messages?i=main&o=orders&" + c.query)
+			if code != http.StatusOK {
+				t.Errorf("messages?%s: %d\n%s", c.query, code, body)
+				continue
+			}
+			if got := listed(body); !slices.Equal(got, c.want) {
+				t.Errorf("messages?%s lists %v, want %v", c.query, got, c.want)
+			}
+		}
+		body, _ := f.confirmation(url.Values{"i": {"main"}, "o": {"mail"}, "op": {"discard"}, "scope": {"filter"}, "state": {"dead"}, "age": {"2562047h"}})
+		mustContain(t, "a confirmation older than 292 years", body, "Nothing to change.")
+	})
+}
