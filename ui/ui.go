@@ -226,7 +226,11 @@ func (h *handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
 		b := make([]byte, 32)
 		_, _ = rand.Read(b)
 		id = hex.EncodeToString(b)
-		http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: id, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		// Lax, not Strict: a Strict cookie is not sent when the operator follows a link
+		// to the dashboard from another site (an alert), so a new one would replace it
+		// and the forms of the tabs already open would fail their token. Lax still keeps
+		// it off other sites' POSTs, which need the token anyway.
+		http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: id, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
 	}
 	return h.sign(id)
 }
