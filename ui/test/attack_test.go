@@ -988,3 +988,28 @@ func TestAttackExtremeFilterValues(t *testing.T) {
 		mustContain(t, "a confirmation older than 292 years", body, "Nothing to change.")
 	})
 }
+
+// TestAttackHostileErrorText: a relay error with markup, quotes and non-ASCII text is
+// shown as text. (An error with a NUL byte or invalid UTF-8, or over 2000 bytes cut inside
+// a character, is not recorded at all on PostgreSQL and MariaDB: the core's confirmation
+// fails and the message is delivered again forever; reported, not the dashboard's.)
+func TestAttackHostileErrorText(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		ctx := context.Background()
+		env, err := f.ob.Publish(ctx, db.DB, msg{"mail", "mail.send", []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.relay.fail(env.ID, errorString("ünïcödé \"'` </td><script>alert(14)</script>"))
+		f.drain("mail")
+		for _, p := range []string{"messages?i=main&o=mail&state=dead", "message?i=main&o=mail&id=" + strconv.FormatInt(env.ID, 10)} {
+			body := f.mustGet(p)
+			mustContain(t, p, body, "&lt;/td&gt;&lt;script&gt;alert(14)&lt;/script&gt;")
+			mustNotContain(t, p, body, "<script>alert(14)")
+			if !utf8.ValidString(body) {
+				t.Errorf("%s is not valid UTF-8", p)
+			}
+		}
+	})
+}
