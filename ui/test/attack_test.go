@@ -1013,3 +1013,63 @@ func TestAttackHostileErrorText(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackPagingBackUnderChurn: walking back from the last page with "previous" while
+// rows on both sides of the page go lists each surviving row once, and ends on the first.
+func TestAttackPagingBackUnderChurn(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db, pageSize(3))
+		ctx := context.Background()
+		var rows []int64
+		for i := range 14 {
+			env, err := f.ob.Publish(ctx, db.DB, msg{"mail", "back", []byte(strconv.Itoa(i))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows = append(rows, env.ID)
+		}
+		linkRE := regexp.MustCompile(`href="(messages\?[^"]*)" id="prev"`)
+		path := "messages?i=main&o=mail&type=back&after=" + strconv.FormatInt(rows[len(rows)-3]-1, 10)
+		deleted := map[int64]bool{}
+		var seen []int64
+		for page := 0; path != ""; page++ {
+			if page > 10 {
+				t.Fatal("more than 10 pages")
+			}
+			body := f.mustGet(path)
+			got := listed(body)
+			seen = append(got, seen...)
+			path = ""
+			if m := linkRE.FindStringSubmatch(body); m != nil {
+				path = unescape(m[1])
+			}
+			if len(got) == 0 {
+				break
+			}
+			// The first row shown goes, and the last row not yet shown before it.
+			for _, id := range []int64{got[0]} {
+				if _, err := f.ob.Discard(ctx, "mail", id); err != nil {
+					t.Fatal(err)
+				}
+				deleted[id] = true
+			}
+			for i := len(rows) - 1; i >= 0; i-- {
+				if rows[i] < got[0] && !deleted[rows[i]] {
+					if _, err := f.ob.Discard(ctx, "mail", rows[i]); err != nil {
+						t.Fatal(err)
+					}
+					deleted[rows[i]] = true
+					break
+				}
+			}
+		}
+		if !slices.IsSorted(seen) || len(slices.Compact(slices.Clone(seen))) != len(seen) {
+			t.Fatalf("the walk back listed %v: out of order or twice", seen)
+		}
+		for _, id := range rows[:len(rows)-3] {
+			if !deleted[id] && !slices.Contains(seen, id) {
+				t.Errorf("row %d lived through the walk back and was not listed (listed %v, deleted %v)", id, seen, deleted)
+			}
+		}
+	})
+}
