@@ -1073,3 +1073,88 @@ func TestAttackPagingBackUnderChurn(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackBulkWhileMessagesDie: messages keep dying while a bulk discard of the dead is
+// confirmed and carried out: it discards exactly the messages its confirmation counted,
+// every one of them, and no other.
+func TestAttackBulkWhileMessagesDie(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db, batchSize(7))
+		ctx := context.Background()
+		all := failAll{}
+		ob, err := core.New(core.Config{DB: db.DB, Dialect: db.Dialect, Table: table, Manual: true, Codec: rawCodec,
+			Outboxes: map[string]core.OutboxConfig{"mail": {Relay: all, MaxAttempts: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		died := make(chan error, 1)
+		go func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					died <- nil
+					return
+				default:
+				}
+				if _, err := ob.Publish(ctx, db.DB, msg{"mail", "dies", []byte(strconv.Itoa(i))}); err != nil {
+					died <- err
+					return
+				}
+				if _, err := ob.Drain(ctx, "mail"); err != nil {
+					died <- err
+					return
+				}
+			}
+		}()
+		for f.counts("mail").Dead < 20 {
+			select {
+			case err := <-died:
+				t.Fatalf("the publisher stopped: %v", err)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		_, confirmed := f.confirmation(url.Values{"i": {"main"}, "o": {"mail"}, "op": {"discard"}, "scope": {"filter"}, "state": {"dead"}})
+		var counted []int64
+		for _, v := range strings.Split(confirmed.Get("id"), ",") {
+			id, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("the confirmation's IDs: %q", confirmed.Get("id"))
+			}
+			counted = append(counted, id)
+		}
+		n := f.done(confirmed)
+		left := listed(f.mustGet("messages?i=main&o=mail&state=dead"))
+		for len(left) == 0 { // until one more dies: the discard must leave it
+			select {
+			case err := <-died:
+				t.Fatalf("the publisher stopped: %v", err)
+			case <-time.After(5 * time.Millisecond):
+			}
+			left = listed(f.mustGet("messages?i=main&o=mail&state=dead"))
+		}
+		close(stop)
+		if err := <-died; err != nil {
+			t.Fatal(err)
+		}
+		if n != int64(len(counted)) {
+			t.Errorf("discarded %d; the confirmation counted %d", n, len(counted))
+		}
+		for _, id := range left {
+			if slices.Contains(counted, id) {
+				t.Errorf("message %d was counted and is still dead", id)
+			}
+		}
+	})
+}
+
+// failAll is a relay that fails every message.
+type failAll struct{}
+
+func (failAll) Deliver(_ context.Context, batch []core.Envelope) error {
+	pf := &core.PartialFailure{Failed: map[int64]error{}}
+	for _, e := range batch {
+		pf.Failed[e.ID] = errorString("refused")
+	}
+	return pf
+}
