@@ -381,9 +381,16 @@ func (h *handler) do(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, fmt.Errorf("%s stopped after %s in %d batches: %w", a.Op, plural(n, "message"), batches, err))
 		return
 	}
-	back := a.back("done", a.Op, "n", n, "b", batches)
+	ns, bs := strconv.FormatInt(n, 10), strconv.FormatInt(batches, 10)
+	if n == 0 {
+		ns = "" // as link leaves it out
+	}
+	if batches == 0 {
+		bs = ""
+	}
+	back := a.back("done", a.Op, "n", n, "b", batches, "s", h.flashSig(a.Op, ns, bs))
 	if a.Op == "pause" || a.Op == "resume" {
-		back = link("outbox", "i", s.name, "o", o, "done", a.Op)
+		back = link("outbox", "i", s.name, "o", o, "done", a.Op, "s", h.flashSig(a.Op, "", ""))
 	}
 	// A relative Location: the browser resolves it against this page, wherever the
 	// handler is mounted (http.Redirect would make it absolute from the stripped path).

@@ -3,6 +3,7 @@ package outboxerui
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -90,7 +91,7 @@ func (h *handler) parseTemplates() error {
 
 // render writes a page; data becomes page.Data.
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, title string, refresh bool, data any) {
-	p := page{Title: title, CSRF: h.csrfToken(w, r), ReadOnly: h.cfg.ReadOnly, Now: time.Now(), Data: data, Flash: flash(r.URL.Query())}
+	p := page{Title: title, CSRF: h.csrfToken(w, r), ReadOnly: h.cfg.ReadOnly, Now: time.Now(), Data: data, Flash: h.flash(r.URL.Query())}
 	if refresh {
 		p.Refresh = h.refreshed
 	}
@@ -208,7 +209,12 @@ func preview(b []byte, size int64) string {
 }
 
 // flash is the report of an action, from the numbers the action's redirect carries.
-func flash(q url.Values) string {
+// The report is shown only when the handler signed it (q's "s"): a link from elsewhere
+// cannot make the page say that messages were discarded.
+func (h *handler) flash(q url.Values) string {
+	if q.Get("done") == "" || !hmac.Equal([]byte(q.Get("s")), []byte(h.flashSig(q.Get("done"), q.Get("n"), q.Get("b")))) {
+		return ""
+	}
 	n, _ := strconv.ParseInt(q.Get("n"), 10, 64)
 	b, _ := strconv.ParseInt(q.Get("b"), 10, 64)
 	batches := fmt.Sprintf(" (%d batch%s)", b, map[bool]string{true: "", false: "es"}[b == 1])
@@ -223,6 +229,11 @@ func flash(q url.Values) string {
 		return "Resumed: delivery restarts."
 	}
 	return ""
+}
+
+// flashSig signs the report of an action, as its redirect carries it.
+func (h *handler) flashSig(done, n, b string) string {
+	return h.sign("flash\x00" + done + "\x00" + n + "\x00" + b)[:32]
 }
 
 func plural(n int64, word string) string {

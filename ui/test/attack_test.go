@@ -1158,3 +1158,23 @@ func (failAll) Deliver(_ context.Context, batch []core.Envelope) error {
 	}
 	return pf
 }
+
+// TestAttackSpoofedReport: a link that carries the report of an action that never ran
+// does not make the page say it ran.
+func TestAttackSpoofedReport(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFixture(t, db)
+		for _, p := range []string{"outbox?i=main&o=orders&done=discard&n=48211&b=97", "outbox?i=main&o=orders&done=resume",
+			"messages?i=main&o=mail&state=dead&done=retry&n=3&b=1&s=00000000000000000000000000000000"} {
+			mustNotContain(t, p, f.mustGet(p), `id="flash"`, "Discarded", "Resumed", "Retried")
+		}
+		loc := f.act(url.Values{"i": {"main"}, "o": {"mail"}, "op": {"discard"}, "scope": {"ids"}, "id": ids(f.dead[0])}, "Delete 1 message")
+		mustContain(t, "the page after a discard", f.mustGet(loc), "Discarded 1 message (1 batch).")
+		// Its report, with another number, is not shown.
+		u, _ := url.Parse(loc)
+		q := u.Query()
+		q.Set("n", "5000")
+		u.RawQuery = q.Encode()
+		mustNotContain(t, "the report with another number", f.mustGet(u.String()), `id="flash"`)
+	})
+}
