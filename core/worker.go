@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outboxer-go/outboxer/core/internal/dialect"
 )
@@ -468,9 +470,17 @@ func engineCut(ctx context.Context) bool {
 
 // errString bounds what is kept of an error.
 func errString(err error) string {
-	s := err.Error()
+	// A relay's error is any bytes; the column is text, which PostgreSQL refuses with a
+	// NUL and MariaDB with invalid UTF-8: a failure that cannot be recorded would be
+	// delivered again forever. Keep valid UTF-8, without NUL, cut between characters.
+	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
 	if len(s) > 2000 {
-		s = s[:2000]
+		cut := 2000
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
 	}
 	return s
 }
