@@ -690,6 +690,12 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 		// Rows that were read were held; look again at once.
 		return fetched, nil
 	}
+	if w.ob.pauses.Load() != w.pauses {
+		// Pause or Resume was called on this instance while the batch was read: what was
+		// read after Pause returned must not go out. The rows stay ready; the next step
+		// reads the flag.
+		return fetched, nil
+	}
 	hooks, name := &w.o.cfg.Hooks, w.o.cfg.Name
 	ev := BatchEvent{Name: name, Outbox: w.ob.name, Partition: w.part, Relay: w.relayName, Count: len(batch), Fetched: fetched}
 	if hooks.OnBatchStart != nil {

@@ -310,6 +310,56 @@ func TestIdleWorkerKeepsItsLease(t *testing.T) {
 	})
 }
 
+// Issue 16, finding 7b, the fetch half: a busy worker that read its paused flag just
+// before Pause and fetched just after it returned must not deliver what it fetched;
+// messages published after Pause returned wait for Resume. (Seen on SQLite under -race:
+// 40 messages published right after Pause went out.)
+func TestPauseHoldsWhatIsPublishedAfterIt(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := context.Background()
+		var resumed atomic.Bool
+		var early atomic.Int32 // messages published after Pause and delivered before Resume
+		var late atomic.Int32
+		var delivered atomic.Int32
+		relay := core.RelayFunc(func(ctx context.Context, batch []core.Envelope) error {
+			for _, e := range batch {
+				if e.GroupKey == "late" {
+					late.Add(1)
+					if !resumed.Load() {
+						early.Add(1)
+					}
+				}
+			}
+			delivered.Add(int32(len(batch)))
+			return nil
+		})
+		ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {
+			Relay: relay, BatchSize: 5, PollInterval: 10 * time.Millisecond}}})
+		msgs := make([]core.Message, 3000)
+		for i := range msgs {
+			msgs[i] = event{Seq: i, Group: fmt.Sprint("g", i%7)}
+		}
+		publish(t, ob, db.DB, msgs...)
+		run(t, ob)
+		eventually(t, 20*time.Second, "the worker busy", func() bool { return delivered.Load() > 50 })
+		if err := ob.Pause(ctx, "orders"); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 40 {
+			publish(t, ob, db.DB, event{Seq: 10000 + i, Group: "late"})
+		}
+		time.Sleep(500 * time.Millisecond)
+		if n := early.Load(); n != 0 {
+			t.Fatalf("%d messages published after Pause returned were delivered before Resume", n)
+		}
+		resumed.Store(true)
+		if err := ob.Resume(ctx, "orders"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 60*time.Second, "the late messages after Resume", func() bool { return late.Load() == 40 })
+	})
+}
+
 // Issue 16, finding 7b: Pause is at once on the instance that pauses: its busy worker
 // starts no batch after the one in flight.
 func TestPauseIsAtOnceOnThePausingInstance(t *testing.T) {
