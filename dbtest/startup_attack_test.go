@@ -6,6 +6,7 @@ package dbtest_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outboxer-go/outboxer/core"
 	"github.com/outboxer-go/outboxer/dbtest"
@@ -477,4 +480,71 @@ type fakeListener struct{}
 
 func (fakeListener) Connect(context.Context) (core.NotifyConn, error) {
 	return nil, fmt.Errorf("never called")
+}
+
+// wrappedPgx is the pgx driver behind a wrapper of the driver's interfaces only, as a
+// tracing or metrics wrapper makes it: a PostgreSQL driver that is not pgx, for Notify.
+type wrappedPgx struct{ d driver.Driver }
+
+type fullConn interface {
+	driver.Conn
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.Pinger
+	driver.NamedValueChecker
+}
+
+type wrappedConn struct{ fullConn }
+
+func (w wrappedPgx) Open(name string) (driver.Conn, error) {
+	c, err := w.d.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return wrappedConn{c.(fullConn)}, nil
+}
+
+var registerWrapped sync.Once
+
+// Notify with Config.DB on a PostgreSQL driver other than pgx, and no NotifyListener:
+// the engine cannot wait for notifications on it. It must say so at Warn, naming the
+// way out, report it in NotifyStatus, and deliver by polling.
+func TestAttackNotifyOnAnotherDriver(t *testing.T) {
+	registerWrapped.Do(func() { sql.Register("pgx-wrapped-attack", wrappedPgx{stdlib.GetDefaultDriver()}) })
+	pg := dbtest.Postgres(t)
+	db, err := sql.Open("pgx-wrapped-attack", dbtest.PostgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	logs, logger := dbtest.NewLogs()
+	rec := &recorder{}
+	ob, err := core.New(core.Config{DB: db, Dialect: core.Postgres, Schema: pg.Schema, Notify: true, Logger: logger,
+		Outboxes: map[string]core.OutboxConfig{"orders": {Relay: rec, PollInterval: 100 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, ob)
+	defer stop()
+	eventually(t, 30*time.Second, "a Warn that Notify is not working", func() bool {
+		return len(logs.Lines(slog.LevelWarn, "Notify is NOT working")) > 0
+	})
+	if w := logs.Lines(slog.LevelWarn, "Notify is NOT working")[0]; !strings.Contains(w.Attrs["err"], "pgx") || !strings.Contains(w.Attrs["err"], "NotifyListener") {
+		t.Errorf("the Warn says %v; want the driver and Config.NotifyListener named", w.Attrs)
+	}
+	if st := ob.NotifyStatus(); st.Listening || !errors.Is(st.Err, core.ErrNotifyNotListening) {
+		t.Errorf("NotifyStatus %+v, want ErrNotifyNotListening", st)
+	}
+	envs := publish(t, ob, db, event{Seq: 1}, event{Seq: 2})
+	eventually(t, 30*time.Second, "delivery by polling", func() bool { return len(rec.delivered()) == 2 })
+	for i, e := range rec.delivered() {
+		if e.ID != envs[i].ID {
+			t.Errorf("delivery %d is %d, want %d", i, e.ID, envs[i].ID)
+		}
+	}
 }
