@@ -234,21 +234,18 @@ func (o *Outboxer) discard(ctx context.Context, ob *box, ids []int64) (int64, er
 // RetryDead puts dead messages of an outbox back for delivery, with their attempts reset,
 // and returns how many it revived: those with the given IDs, or every dead message when
 // none are given. They keep their ID, so they rejoin their group at their old place (later
-// messages of the group may have been delivered already).
+// messages of the group may have been delivered already), in the partition their group
+// has among the partition count the relays recorded, which may differ from the one they
+// died in when the count changed since.
 func (o *Outboxer) RetryDead(ctx context.Context, outbox string, ids ...int64) (int64, error) {
 	ob, err := o.outbox(outbox)
 	if err != nil {
 		return 0, err
 	}
-	q, args := ob.sql.RetryDeadAll, []any{outbox}
-	if len(ids) > 0 {
-		q, args = ob.sql.RetryDeadIDs(outbox, ids)
-	}
-	res, err := o.cfg.DB.ExecContext(ctx, q, args...)
+	n, err := o.retryDead(ctx, ob, ids)
 	if err != nil {
 		return 0, fmt.Errorf("outboxer: retry dead of %q: %w", outbox, err)
 	}
-	n, _ := res.RowsAffected()
 	ob.signalAll(wakeNow)
 	return n, nil
 }
@@ -303,15 +300,25 @@ func (o *Outboxer) ensureLeases(ctx context.Context, ob *box, paused, forRun boo
 	if forRun {
 		token = 0
 	}
+	// One transaction: publishers read the partition count from these rows, and must
+	// never see some of them only.
+	tx, err := o.cfg.DB.BeginTx(ctx, o.txOptions())
+	if err != nil {
+		return fmt.Errorf("outboxer: create leases of %q: %w", ob.name, err)
+	}
+	defer tx.Rollback()
 	for p := range ob.cfg.Partitions {
-		if _, err := o.cfg.DB.ExecContext(ctx, ob.sql.EnsureLease, ob.name, p, token, paused); err != nil {
+		if _, err := tx.ExecContext(ctx, ob.sql.EnsureLease, ob.name, p, token, paused); err != nil {
 			return fmt.Errorf("outboxer: create lease of %q partition %d: %w", ob.name, p, err)
 		}
 	}
 	if forRun {
-		if _, err := o.cfg.DB.ExecContext(ctx, ob.sql.ClaimLeases, ob.name, ob.cfg.Partitions); err != nil {
+		if _, err := tx.ExecContext(ctx, ob.sql.ClaimLeases, ob.name, ob.cfg.Partitions); err != nil {
 			return fmt.Errorf("outboxer: claim leases of %q: %w", ob.name, err)
 		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("outboxer: create leases of %q: %w", ob.name, err)
 	}
 	return nil
 }

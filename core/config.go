@@ -215,6 +215,10 @@ type Config struct {
 	// publishing transaction commits, on whichever node it runs, instead of waiting for the
 	// next poll. It needs the pgx driver (github.com/jackc/pgx/v5/stdlib) and uses one
 	// extra connection per instance.
+	//
+	// The relays record in the database whether they listen, and every instance that
+	// publishes into the outbox then notifies at commit, whatever its own Notify says:
+	// publish-only nodes need not set it (see Partitions for when they read it).
 	Notify bool
 	// NotifyListener, with Notify, opens the sessions a relay instance listens on, instead
 	// of a connection of DB, which needs the pgx driver and a session the server keeps
@@ -274,9 +278,13 @@ type Config struct {
 	// vacuums every 30 s only when the server's autovacuum is off, and leaves it to
 	// autovacuum otherwise; a negative value never vacuums.
 	VacuumInterval time.Duration
-	// AllowRepartition starts even when pending messages sit in partitions the current
-	// Partitions does not match. Order across the change is then not guaranteed, and
-	// messages in partitions beyond the count are moved into range.
+	// AllowRepartition lets Run change an outbox's partition count (or its ordering) on a
+	// live backlog, or
+	// while relays with the old count still hold partitions (a rolling deploy). Pending
+	// messages are then moved to their group's partition among the new count, and order
+	// across the change is not guaranteed. Without it, Run changes the count only when
+	// no relay holds a partition of the outbox and nothing is pending, and is refused
+	// with ErrRepartitioned otherwise.
 	AllowRepartition bool
 }
 
@@ -286,10 +294,20 @@ type OutboxConfig struct {
 	Relay Relay
 	// Table holding the outbox's messages; Config.Table when empty.
 	Table string
-	// Ordering of the outbox. Default OrderGroup.
+	// Ordering of the outbox. Default OrderGroup. Like Partitions, it is recorded in the
+	// database by the relays and publishers place messages by the recorded one; a Run with
+	// another is refused with ErrShapeMismatch while relays with the recorded one hold
+	// partitions or messages are pending (unless AllowRepartition is set).
 	Ordering Ordering
 	// Partitions: how many workers deliver concurrently; a group always lands in the same
-	// partition. Do not change it on a live backlog. Default 1; OrderTotal needs 1.
+	// partition. Default 1; OrderTotal needs 1.
+	//
+	// The count is recorded in the database by the relays (their lease rows), and it is
+	// the one every node uses: a publish places messages among the recorded count, read
+	// on the instance's first publish to the outbox and again every few seconds, whatever
+	// this field says (it counts only until a relay has run). A Run with another count
+	// changes the record only when no relay holds a partition and nothing is pending
+	// (see AllowRepartition); it then waits a few seconds for publishers to read it.
 	Partitions int
 	// BatchSize: most messages fetched and handed to the relay at once. Default 100.
 	BatchSize int

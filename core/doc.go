@@ -34,9 +34,9 @@
 // line with the error and the time of the next try, and tries again, from 100 ms apart up
 // to 30 s, until it starts or ctx is done; then it returns an error matching ctx's error
 // that also wraps the last failure. It returns at once, logged, only what waiting cannot
-// fix: ErrRepartitioned, an invalid configuration, a Starter's error marked Permanent, and
-// ErrAlreadyRunning. Run in an errgroup (golang.org/x/sync/errgroup) stops the service
-// when the relay cannot start:
+// fix: ErrRepartitioned, ErrShapeMismatch, an invalid configuration, a Starter's error
+// marked Permanent, and ErrAlreadyRunning. Run in an errgroup (golang.org/x/sync/errgroup)
+// stops the service when the relay cannot start:
 //
 //	g, ctx := errgroup.WithContext(ctx)
 //	g.Go(func() error { return ob.Run(ctx) })
@@ -115,9 +115,17 @@
 // confirmed. A crashed node's partitions are taken over within about LeaseDuration +
 // LeaseDuration/4 (25 s by default), a node that stops gracefully hands them over at
 // once. Health lists the live nodes and what each holds. With Notify (PostgreSQL
-// and the pgx driver), a commit wakes the partition's worker on whichever node it runs;
-// otherwise workers poll every PollInterval, and a publish through the same instance wakes
-// its own workers.
+// and the pgx driver) on the relays, a commit wakes the partition's worker on whichever
+// node it runs; otherwise workers poll every PollInterval, and a publish through the same
+// instance wakes its own workers.
+//
+// What the nodes must agree on is recorded in the database by the relays, and every node
+// follows the record: the partition count, the ordering, and whether the relays listen
+// for notifications. A publishing node places messages by the recorded count and ordering
+// and notifies when the relays listen, whatever its own configuration says. A relay whose
+// Partitions or Ordering differs from the record is refused (ErrRepartitioned,
+// ErrShapeMismatch) while another relay runs or messages are pending, unless
+// AllowRepartition is set; otherwise it changes the record.
 //
 // A relay listens on a connection of Config.DB (the pgx driver), or on sessions of its
 // own from Config.NotifyListener: behind a pooler in transaction mode (PgBouncer, RDS

@@ -19,9 +19,16 @@ var (
 	ErrPayloadTooLarge = errors.New("outboxer: payload too large")
 	// ErrNotInTransaction: RequireTransaction is set and the handle is not a transaction.
 	ErrNotInTransaction = errors.New("outboxer: publish outside a transaction")
-	// ErrRepartitioned: pending messages sit in partitions the configuration does not
-	// match (Partitions changed on a live backlog).
+	// ErrRepartitioned: Run (or Drain) was refused because its Partitions differs from the
+	// count recorded in the database while messages are pending or relays with the
+	// recorded count hold partitions (see Config.AllowRepartition). The message names both
+	// counts.
 	ErrRepartitioned = errors.New("outboxer: partitions changed on a live backlog")
+	// ErrShapeMismatch: Run (or Drain) was refused because its Ordering differs from the
+	// one the outbox's relays recorded in the database while messages are pending or
+	// relays with the recorded one hold partitions (see Config.AllowRepartition). The
+	// message names both.
+	ErrShapeMismatch = errors.New("outboxer: configuration disagrees with the outbox's recorded shape")
 	// ErrManualOnly: Drain was called on an instance that is not in manual mode.
 	ErrManualOnly = errors.New("outboxer: Drain needs Manual mode")
 	// ErrAlreadyRunning: Run was called on an instance that is running or has run.

@@ -43,9 +43,16 @@ func statementsOf(s *dialect.SQL) []string {
 	out = append(out, s.AcquireLease, s.ReadLease, s.RenewLease, s.ReleaseLease, s.EnsureLease, s.FenceLease,
 		s.Pause, s.Resume, s.CountLeases, s.DropLeasesFrom, s.AnyPaused, s.ClaimLeases,
 		s.FailMessage, s.KillMessage, s.Counts, s.ListPending, s.ListDead, s.RetryDeadAll, s.Prune,
-		s.PartitionsInUse, s.LeaseStatus, s.MovePartitions)
+		s.PartitionsInUse, s.LeaseStatus, s.MovePartitions,
+		s.LiveLeases, s.Placement, s.Strays, s.ReadShape, s.EnsureShape, s.SetShape)
 	q, _ := s.RetryDeadIDs("o", []int64{1, 2})
 	out = append(out, q, s.Insert(3, true, false))
+	for _, f := range []func(string, []int64) (string, []any){s.DeadPlacement,
+		func(o string, ids []int64) (string, []any) { return s.MovePending(o, 1, ids) },
+		func(o string, ids []int64) (string, []any) { return s.RetryDeadInto(o, 1, ids) }} {
+		q, _ := f("o", []int64{1, 2})
+		out = append(out, q)
+	}
 	if s.Kind == dialect.SQLite {
 		out = append(out, s.InsertTimed(2))
 	}

@@ -44,6 +44,8 @@ type box struct {
 	// pauses counts the Pause and Resume calls of this instance: a worker that sees it
 	// change reads the paused flag before its next batch, busy or not.
 	pauses atomic.Uint64
+	// placed is the partition count publishes place messages among (see partitionsFor).
+	placed atomic.Pointer[placement]
 	// mu guards workers, set while Run runs, so admin calls can reach them.
 	mu      sync.Mutex
 	workers []*worker

@@ -80,7 +80,8 @@ type row struct {
 	env     *Envelope
 	headers any // JSON text or nil
 	delay   int64
-	size    int // bytes in a statement, an upper bound (MySQL only)
+	size    int  // bytes in a statement, an upper bound (MySQL only)
+	notify  bool // the relays of its outbox listen for notifications
 }
 
 // Publish writes msg into its outbox through db and returns the stored envelope.
@@ -148,6 +149,21 @@ func (o *Outboxer) publishAll(ctx context.Context, db Executor, msgs []Message, 
 	tx := inTransaction(db)
 	if o.cfg.RequireTransaction && !tx {
 		return nil, fmt.Errorf("%w: %T is not a transaction (RequireTransaction is set)", ErrNotInTransaction, db)
+	}
+	// Every message goes into a partition among the count its outbox's relays run with.
+	var last *box
+	var pl *placement
+	for i := range rows {
+		r := &rows[i]
+		if r.ob != last {
+			var err error
+			if pl, err = o.shapeFor(ctx, db, r.ob); err != nil {
+				return nil, err
+			}
+			last = r.ob
+		}
+		r.env.Partition = o.place(pl, r.env.GroupKey)
+		r.notify = pl.notify
 	}
 	room := 0 // bytes a statement may hold; 0: no limit
 	if o.kind == dialect.MySQL {
@@ -289,21 +305,7 @@ func (o *Outboxer) prepare(m Message, po *publishOptions, env *Envelope) (row, e
 		delay = time.Until(po.available)
 	}
 	r.delay = max(delay, 0).Microseconds()
-	r.env.Partition = o.partition(ob, env.GroupKey)
 	return r, nil
-}
-
-// partition places a message: by a stable hash of its group key, or spread round-robin
-// when it has none (or the outbox keeps no order).
-func (o *Outboxer) partition(ob *box, key string) int {
-	n := ob.cfg.Partitions
-	if n == 1 {
-		return 0
-	}
-	if key == "" || ob.cfg.Ordering == OrderNone {
-		return int(o.rr.Add(1) % uint64(n))
-	}
-	return PartitionFor(key, n)
 }
 
 // PartitionFor is the partition of a group key among n: FNV-1a of the key, modulo n. It
@@ -382,10 +384,11 @@ func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {
 		return o.insertSQLite(ctx, db, rows)
 	}
 	s := rows[0].ob.sql
-	notify := o.cfg.Notify
+	notify := false
 	delayed := false
 	for _, r := range rows {
 		delayed = delayed || r.delay > 0
+		notify = notify || r.notify
 	}
 	q := s.Insert(len(rows), delayed, notify)
 	args := make([]any, 0, len(rows)*7+2)

@@ -22,8 +22,8 @@ import (
 // unreachable or refusing connections, the tables missing (ErrNotMigrated: a migration job
 // that has not run yet), a Starter's error. The delay between tries grows from 100 ms to
 // 30 s. Run returns at once, having logged it at Error, only what waiting cannot fix:
-// ErrRepartitioned, a *ConfigError (ErrInvalidConfig), an error marked with Permanent
-// (a Starter may return one), and ErrAlreadyRunning. When ctx is done before start-up
+// ErrRepartitioned, ErrShapeMismatch, a *ConfigError (ErrInvalidConfig), an error marked
+// with Permanent (a Starter may return one), and ErrAlreadyRunning. When ctx is done before start-up
 // succeeded, Run returns an error matching ctx's error (context.Canceled or
 // context.DeadlineExceeded with errors.Is) that also wraps the last start-up failure, so
 // that a service can tell "stopped" (nil) from "never delivered" (an error).
@@ -97,6 +97,7 @@ func (o *Outboxer) Run(ctx context.Context) error {
 	if o.needsPruner() {
 		wg.Go(func() { o.prune(stop) })
 	}
+	wg.Go(func() { o.sweep(stop) }) // messages published beyond the partition count
 	if every := o.vacuumInterval(ctx); every > 0 {
 		wg.Go(func() { o.vacuum(stop, every) })
 	}
@@ -125,54 +126,6 @@ func (o *Outboxer) prepareRun(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// checkPartitions refuses to start when pending messages sit in partitions the
-// configuration does not have, or the partition count changed while messages are pending.
-func (o *Outboxer) checkPartitions(ctx context.Context, ob *box) error {
-	n := ob.cfg.Partitions
-	var stray []int
-	err := queryRows(ctx, o.cfg.DB, ob.sql.PartitionsInUse, []any{ob.name, n}, func(scan func(...any) error) error {
-		var p int
-		if err := scan(&p); err != nil {
-			return err
-		}
-		stray = append(stray, p)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("outboxer: check partitions of %q: %w", ob.name, err)
-	}
-	var known int
-	if err := o.cfg.DB.QueryRowContext(ctx, ob.sql.CountLeases, ob.name).Scan(&known); err != nil {
-		return fmt.Errorf("outboxer: check partitions of %q: %w", ob.name, err)
-	}
-	changed := known > 0 && known != n
-	if changed && len(stray) == 0 {
-		c, err := o.Counts(ctx, ob.name)
-		if err != nil {
-			return err
-		}
-		changed = c.Pending > 0
-	}
-	if len(stray) == 0 && !changed {
-		if known > n {
-			// The count went down on an empty backlog: forget the partitions that are gone.
-			_, err := o.cfg.DB.ExecContext(ctx, ob.sql.DropLeasesFrom, ob.name, n)
-			return err
-		}
-		return nil
-	}
-	if !o.cfg.AllowRepartition {
-		return fmt.Errorf("%w: outbox %q is configured with %d partitions, but it was last run with %d and has pending messages (in partitions %v beyond the count): let it drain with the old count first (Counts shows Pending 0), or set AllowRepartition to move them and accept that order across the change is not kept",
-			ErrRepartitioned, ob.name, n, known, stray)
-	}
-	o.cfg.Logger.Warn("outboxer: partitions changed on a live backlog; order across the change is not kept", "outbox", ob.name, "partitions", n, "was", known)
-	if _, err := o.cfg.DB.ExecContext(ctx, ob.sql.MovePartitions, n, ob.name, n); err != nil {
-		return fmt.Errorf("outboxer: move partitions of %q: %w", ob.name, err)
-	}
-	_, err = o.cfg.DB.ExecContext(ctx, ob.sql.DropLeasesFrom, ob.name, n)
-	return err
 }
 
 // startRelays starts every distinct relay that is a Starter, in outbox order.

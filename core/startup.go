@@ -60,7 +60,7 @@ func (o *Outboxer) tryStartUp(ctx context.Context, started map[Relay]bool) error
 // retryStartUp reports whether a start-up failure may go away by itself: anything but a
 // refusal of the configuration or an error marked Permanent.
 func retryStartUp(err error) bool {
-	for _, fatal := range []error{ErrRepartitioned, ErrInvalidConfig, ErrAlreadyRunning, ErrPermanent} {
+	for _, fatal := range []error{ErrRepartitioned, ErrShapeMismatch, ErrInvalidConfig, ErrAlreadyRunning, ErrPermanent} {
 		if errors.Is(err, fatal) {
 			return false
 		}

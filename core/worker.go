@@ -10,14 +10,17 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outboxer-go/outboxer/core/internal/dialect"
 )
 
 // worker delivers one partition of one outbox. At most one worker in the whole cluster
 // holds a partition's lease; only the holder fetches, and every confirmation is fenced
-// by the lease token in the same transaction.
+// by the lease token and the owner in the same transaction (a token alone can come back:
+// lease rows dropped and created again restart at 0).
 type worker struct {
 	o     *Outboxer
 	ob    *box
@@ -126,7 +129,7 @@ func (w *worker) trust(start time.Time) {
 func (w *worker) renew(ctx context.Context) error {
 	s, db := w.ob.sql, w.o.cfg.DB
 	start := time.Now()
-	res, err := db.ExecContext(ctx, s.RenewLease, w.lease().Microseconds(), w.ob.name, w.part, w.token)
+	res, err := db.ExecContext(ctx, s.RenewLease, w.lease().Microseconds(), w.ob.name, w.part, w.token, w.owner)
 	if err != nil {
 		return fmt.Errorf("renew lease: %w", err)
 	}
@@ -282,7 +285,7 @@ func (w *worker) fenced(ctx context.Context, f func(*sql.Tx) error) error {
 		return err
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, w.ob.sql.FenceLease, w.lease().Microseconds(), w.ob.name, w.part, w.token)
+	res, err := tx.ExecContext(ctx, w.ob.sql.FenceLease, w.lease().Microseconds(), w.ob.name, w.part, w.token, w.owner)
 	if err != nil {
 		return fmt.Errorf("check lease: %w", err)
 	}
@@ -467,9 +470,17 @@ func engineCut(ctx context.Context) bool {
 
 // errString bounds what is kept of an error.
 func errString(err error) string {
-	s := err.Error()
+	// A relay's error is any bytes; the column is text, which PostgreSQL refuses with a
+	// NUL and MariaDB with invalid UTF-8: a failure that cannot be recorded would be
+	// delivered again forever. Keep valid UTF-8, without NUL, cut between characters.
+	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
 	if len(s) > 2000 {
-		s = s[:2000]
+		cut := 2000
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
 	}
 	return s
 }
@@ -510,7 +521,7 @@ func (w *worker) retry(ctx context.Context, confirm func() error) error {
 func (w *worker) confirmAll(ctx context.Context, ids []int64) error {
 	start := time.Now()
 	q, args := w.ob.sql.ConfirmAll(ids, w.ob.cfg.Retention.keep > 0)
-	args = append([]any{w.lease().Microseconds(), w.ob.name, w.part, w.token}, args...)
+	args = append([]any{w.lease().Microseconds(), w.ob.name, w.part, w.token, w.owner}, args...)
 	var held, done int64
 	if err := w.o.cfg.DB.QueryRowContext(ctx, q, args...).Scan(&held, &done); err != nil {
 		return fmt.Errorf("confirm delivered: %w", err)

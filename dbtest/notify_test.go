@@ -1,7 +1,6 @@
 package dbtest_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 // outbox "a" instead, and those of "a:b" slept until their next poll.
 func TestNotifyWakesAnOutboxWithAColonInItsName(t *testing.T) {
 	db := dbtest.Postgres(t)
-	ctx := context.Background()
 	a, ab := &recorder{}, &recorder{}
 	// A table of its own, so that the channel it listens on is the test's.
 	relay := setup(t, db, core.Config{Table: "colon_messages", Notify: true, Outboxes: map[string]core.OutboxConfig{
@@ -26,12 +24,7 @@ func TestNotifyWakesAnOutboxWithAColonInItsName(t *testing.T) {
 	}})
 	run(t, relay)
 	// The relay listens (its first fetches, on listening, found nothing).
-	eventually(t, 30*time.Second, "the relay listening", func() bool {
-		var n int
-		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE $1`,
-			`LISTEN "outboxer.colon_messages"`).Scan(&n)
-		return err == nil && n > 0
-	})
+	listening(t, db, "colon_messages")
 	time.Sleep(200 * time.Millisecond) // the workers are asleep: what follows is woken by a notification
 	env := publish(t, pub, db.DB, event{Box: "a:b", Seq: 1})
 	eventually(t, 20*time.Second, `the message of "a:b" delivered, woken by its notification`, func() bool {

@@ -11,8 +11,9 @@ import (
 )
 
 // An action is what a form asks for: op is retry, discard, pause or resume; scope is
-// "ids" (the IDs given) or "filter" (every message the filter selects, up to the highest
-// ID the confirmation page counted).
+// "ids" (the IDs given) or "filter" (the messages the filter selects that the
+// confirmation page counted: their IDs when at most maxIDs, else those up to the
+// highest ID counted).
 type action struct {
 	Instance, Outbox string
 	Op, Scope        string
@@ -33,22 +34,11 @@ func readAction(form url.Values) (action, error) {
 	}
 	switch a.Scope {
 	case "ids":
-		for _, v := range form["id"] {
-			for _, f := range strings.Split(v, ",") {
-				id, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
-				if err != nil || id < 1 {
-					return a, fmt.Errorf("%q is not a message ID", f)
-				}
-				a.IDs = append(a.IDs, id)
-			}
+		if err := a.readIDs(form); err != nil {
+			return a, err
 		}
-		slices.Sort(a.IDs)
-		a.IDs = slices.Compact(a.IDs)
 		if len(a.IDs) == 0 {
 			return a, fmt.Errorf("no message selected")
-		}
-		if len(a.IDs) > 10000 {
-			return a, fmt.Errorf("%d messages selected; select at most 10000, or act on the filter", len(a.IDs))
 		}
 	case "filter":
 		f, err := readFilter(form)
@@ -59,19 +49,52 @@ func readAction(form url.Values) (action, error) {
 		if a.Upto, err = optInt(form, "upto"); err != nil {
 			return a, err
 		}
+		if err := a.readIDs(form); err != nil {
+			return a, err
+		}
 	default:
 		return a, fmt.Errorf("unknown scope %q", a.Scope)
 	}
 	return a, nil
 }
 
+// maxIDs bounds the IDs an action names.
+const maxIDs = 10000
+
+func (a *action) readIDs(form url.Values) error {
+	for _, v := range form["id"] {
+		for _, f := range strings.Split(v, ",") {
+			id, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+			if err != nil || id < 1 {
+				return fmt.Errorf("%q is not a message ID", f)
+			}
+			a.IDs = append(a.IDs, id)
+		}
+	}
+	slices.Sort(a.IDs)
+	a.IDs = slices.Compact(a.IDs)
+	if len(a.IDs) > maxIDs {
+		return fmt.Errorf("%d messages selected; select at most %d, or act on the filter", len(a.IDs), maxIDs)
+	}
+	return nil
+}
+
 // fields are the action as form fields, for the confirmation's form.
 func (a action) Fields() [][2]string {
 	out := [][2]string{{"i", a.Instance}, {"o", a.Outbox}, {"op", a.Op}, {"scope", a.Scope}}
-	for _, id := range a.IDs {
-		out = append(out, [2]string{"id", strconv.FormatInt(id, 10)})
+	if a.Scope == "ids" {
+		for _, id := range a.IDs {
+			out = append(out, [2]string{"id", strconv.FormatInt(id, 10)})
+		}
 	}
 	if a.Scope == "filter" {
+		if len(a.IDs) > 0 {
+			s := make([]string, len(a.IDs))
+			for i, id := range a.IDs {
+				s[i] = strconv.FormatInt(id, 10)
+			}
+			out = append(out, [2]string{"id", strings.Join(s, ",")})
+		}
 		p := a.Filter.params()
 		for i := 0; i+1 < len(p); i += 2 {
 			if !isZero(p[i+1]) {
@@ -148,7 +171,7 @@ func (h *handler) confirm(w http.ResponseWriter, r *http.Request) {
 		d.Summary = []string{"Restart delivering " + where + " on every node."}
 	case "retry", "discard":
 		d.Verb = map[string]string{"retry": "Retry", "discard": "Discard"}[a.Op]
-		if d.Summary, d.Count, d.Action.Upto, err = h.plan(ctx, s, o, a, where); err != nil {
+		if d.Summary, d.Count, d.Action.Upto, d.Action.IDs, err = h.plan(ctx, s, o, a, where); err != nil {
 			h.fail(w, r, http.StatusInternalServerError, err)
 			return
 		}
@@ -157,11 +180,13 @@ func (h *handler) confirm(w http.ResponseWriter, r *http.Request) {
 }
 
 // plan describes what a retry or discard will change, and counts it.
-func (h *handler) plan(ctx context.Context, s *store, o string, a action, where string) (lines []string, n, upto int64, err error) {
+// For a filter, it returns the IDs counted when there are at most maxIDs: the action then
+// changes those of them the filter still selects, and no other.
+func (h *handler) plan(ctx context.Context, s *store, o string, a action, where string) (lines []string, n, upto int64, counted []int64, err error) {
 	if a.Scope == "ids" {
 		dead, waiting, err := s.split(ctx, o, a.IDs)
 		if err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, nil, err
 		}
 		if a.Op == "retry" {
 			if len(dead) > 0 {
@@ -177,7 +202,7 @@ func (h *handler) plan(ctx context.Context, s *store, o string, a action, where 
 		} else {
 			present, err := s.present(ctx, o, a.IDs)
 			if err != nil {
-				return nil, 0, 0, err
+				return nil, 0, 0, nil, err
 			}
 			n = int64(len(present))
 			lines = append(lines, fmt.Sprintf("Delete %s for good, whatever their state: IDs %s. Groups they hold back move on.", plural(n, "message"), idList(present)))
@@ -185,15 +210,26 @@ func (h *handler) plan(ctx context.Context, s *store, o string, a action, where 
 				lines = append(lines, fmt.Sprintf("%d of the selected messages are gone already.", skipped))
 			}
 		}
-		return append([]string{"In " + where + ":"}, lines...), n, 0, nil
+		return append([]string{"In " + where + ":"}, lines...), n, 0, a.IDs, nil
 	}
 	f := a.Filter
 	if a.Op == "retry" {
 		f = retryFilter(f)
 	}
-	n, upto, err = s.count(ctx, o, f)
+	// The IDs, when few enough to carry in the form; else the count and the newest.
+	counted, err = s.ids(ctx, o, f, 0, maxIDs+1)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, nil, err
+	}
+	if len(counted) <= maxIDs {
+		n = int64(len(counted))
+		if n > 0 {
+			upto = counted[n-1]
+		}
+	} else if n, upto, err = s.count(ctx, o, f); err != nil {
+		return nil, 0, 0, nil, err
+	} else {
+		counted = nil
 	}
 	what := describe(a.Filter)
 	if a.Op == "retry" {
@@ -202,10 +238,13 @@ func (h *handler) plan(ctx context.Context, s *store, o string, a action, where 
 	} else {
 		lines = append(lines, fmt.Sprintf("Delete %s of %s %s for good. Groups they hold back move on.", plural(n, "message"), where, what))
 	}
-	if n > 0 {
+	switch {
+	case len(counted) > 0:
+		lines = append(lines, fmt.Sprintf("Only the messages counted now are touched (those of them still matching); in batches of %d.", h.cfg.BatchSize))
+	case n > 0:
 		lines = append(lines, fmt.Sprintf("Only messages up to ID %d, the newest counted now, are touched; in batches of %d.", upto, h.cfg.BatchSize))
 	}
-	return lines, n, upto, nil
+	return lines, n, upto, counted, nil
 }
 
 // describe says in words which messages a filter selects.
@@ -309,6 +348,19 @@ func (h *handler) do(w http.ResponseWriter, r *http.Request) {
 		if a.Upto <= 0 {
 			break // nothing was counted: nothing to do
 		}
+		if len(a.IDs) > 0 {
+			// The messages counted, those of them the filter still selects.
+			for chunk := range slices.Chunk(a.IDs, h.cfg.BatchSize) {
+				ids, e := s.idsIn(ctx, o, f, chunk)
+				if e == nil && len(ids) > 0 {
+					e = apply(ids)
+				}
+				if err = e; err != nil {
+					break
+				}
+			}
+			break
+		}
 		if f.MaxID == 0 || f.MaxID > a.Upto {
 			f.MaxID = a.Upto
 		}
@@ -329,9 +381,16 @@ func (h *handler) do(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, fmt.Errorf("%s stopped after %s in %d batches: %w", a.Op, plural(n, "message"), batches, err))
 		return
 	}
-	back := a.back("done", a.Op, "n", n, "b", batches)
+	ns, bs := strconv.FormatInt(n, 10), strconv.FormatInt(batches, 10)
+	if n == 0 {
+		ns = "" // as link leaves it out
+	}
+	if batches == 0 {
+		bs = ""
+	}
+	back := a.back("done", a.Op, "n", n, "b", batches, "s", h.flashSig(a.Op, ns, bs))
 	if a.Op == "pause" || a.Op == "resume" {
-		back = link("outbox", "i", s.name, "o", o, "done", a.Op)
+		back = link("outbox", "i", s.name, "o", o, "done", a.Op, "s", h.flashSig(a.Op, "", ""))
 	}
 	// A relative Location: the browser resolves it against this page, wherever the
 	// handler is mounted (http.Redirect would make it absolute from the stripped path).

@@ -33,6 +33,7 @@
 // Lists use keyset pagination (by message ID, never OFFSET) over the indexes the
 // migration creates. The overview counts each outbox's backlog (core.Outboxer.Health):
 // proportional to the backlog, so the page refreshes every RefreshInterval, not faster.
-// Bulk actions over a filter work in batches of BatchSize and never touch a message
-// newer than the confirmation page that announced them.
+// Bulk actions over a filter work in batches of BatchSize and change only the messages
+// the confirmation page counted, those of them the filter still selects (over more than
+// 10000 messages: none newer than the newest counted).
 package outboxerui

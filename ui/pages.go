@@ -3,6 +3,7 @@ package outboxerui
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -71,7 +72,7 @@ var funcs = template.FuncMap{
 		}
 		return strings.Join(s, ", ")
 	},
-	"retryable": func(st int) bool { return st == stDead || st == stWaiting },
+	"retryable": retryable,
 }
 
 var pageNames = []string{"overview", "outbox", "messages", "message", "confirm", "error"}
@@ -90,7 +91,7 @@ func (h *handler) parseTemplates() error {
 
 // render writes a page; data becomes page.Data.
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, title string, refresh bool, data any) {
-	p := page{Title: title, CSRF: h.csrfToken(w, r), ReadOnly: h.cfg.ReadOnly, Now: time.Now(), Data: data, Flash: flash(r.URL.Query())}
+	p := page{Title: title, CSRF: h.csrfToken(w, r), ReadOnly: h.cfg.ReadOnly, Now: time.Now(), Data: data, Flash: h.flash(r.URL.Query())}
 	if refresh {
 		p.Refresh = h.refreshed
 	}
@@ -179,8 +180,12 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
-// preview shows the start of a payload on one line: text as it is, binary as hex.
-func preview(b []byte) string {
+// preview shows the start of a payload on one line: text as it is, binary as hex. b is
+// the payload's first bytes, of size in all: a character it cuts in two is left out.
+func preview(b []byte, size int64) string {
+	if size > int64(len(b)) {
+		b = cutRune(b)
+	}
 	if utf8.Valid(b) {
 		s := strings.Map(func(r rune) rune {
 			if unicode.IsControl(r) {
@@ -189,7 +194,11 @@ func preview(b []byte) string {
 			return r
 		}, string(b))
 		if len(s) > 60 {
-			s = s[:60] + "…"
+			i := 60
+			for i > 0 && !utf8.RuneStart(s[i]) {
+				i--
+			}
+			s = s[:i] + "…"
 		}
 		return s
 	}
@@ -200,7 +209,12 @@ func preview(b []byte) string {
 }
 
 // flash is the report of an action, from the numbers the action's redirect carries.
-func flash(q url.Values) string {
+// The report is shown only when the handler signed it (q's "s"): a link from elsewhere
+// cannot make the page say that messages were discarded.
+func (h *handler) flash(q url.Values) string {
+	if q.Get("done") == "" || !hmac.Equal([]byte(q.Get("s")), []byte(h.flashSig(q.Get("done"), q.Get("n"), q.Get("b")))) {
+		return ""
+	}
 	n, _ := strconv.ParseInt(q.Get("n"), 10, 64)
 	b, _ := strconv.ParseInt(q.Get("b"), 10, 64)
 	batches := fmt.Sprintf(" (%d batch%s)", b, map[bool]string{true: "", false: "es"}[b == 1])
@@ -215,6 +229,11 @@ func flash(q url.Values) string {
 		return "Resumed: delivery restarts."
 	}
 	return ""
+}
+
+// flashSig signs the report of an action, as its redirect carries it.
+func (h *handler) flashSig(done, n, b string) string {
+	return h.sign("flash\x00" + done + "\x00" + n + "\x00" + b)[:32]
 }
 
 func plural(n int64, word string) string {
@@ -532,7 +551,7 @@ func formatPayload(p []byte) (kind, body string, cut bool) {
 		}
 	}
 	if len(p) > shownPayload {
-		p, cut = p[:shownPayload], true
+		p, cut = cutRune(p[:shownPayload]), true
 	}
 	if utf8.Valid(p) && !strings.ContainsFunc(string(p), func(r rune) bool {
 		return unicode.IsControl(r) && r != '\n' && r != '\r' && r != '\t'
@@ -540,6 +559,20 @@ func formatPayload(p []byte) (kind, body string, cut bool) {
 		return "text", string(p), cut
 	}
 	return "binary (hex)", hex.Dump(p), cut
+}
+
+// cutRune drops the bytes at the end of b that start a UTF-8 character without its
+// end: b is the start of something longer.
+func cutRune(b []byte) []byte {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return b[:i]
+			}
+			break
+		}
+	}
+	return b
 }
 
 // traceID reads the trace ID of a W3C traceparent header ("" when it is not one).

@@ -215,8 +215,21 @@ type filter struct {
 	MinID     int64
 	MaxID     int64
 	Age       time.Duration // older than
-	// retryable keeps only the messages a retry changes: dead, or waiting (state 3).
+	// retryable keeps only the messages a retry changes: dead, or waiting for a retry
+	// (state 3 after a failure; a message scheduled for later that never failed keeps
+	// its time).
 	retryable bool
+}
+
+// retryableCond selects the messages a retry changes: dead ones, and those waiting for a
+// retry after a failure. See retryable.
+const retryableCond = "(state = 2 OR (state = 3 AND attempts > 0))"
+
+// retryable says whether a retry changes a message: dead, or waiting for a retry after a
+// failure. A message scheduled for later (state 3, no attempt yet) is not retried: that
+// would deliver it before its time.
+func retryable(state, attempts int) bool {
+	return state == stDead || (state == stWaiting && attempts > 0)
 }
 
 // states are the lists a message can be in, as the messages page offers them.
@@ -226,6 +239,15 @@ var states = []string{"pending", "retrying", "scheduled", "dead", "delivered"}
 func likeEscape(s string) string {
 	r := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_")
 	return r.Replace(s)
+}
+
+// contains returns the condition that the text column col contains sub, case included,
+// and its argument. SQLite's LIKE ignores the case of ASCII letters: instr does not.
+func (s *store) contains(col, sub string) (string, any) {
+	if s.dialect == core.SQLite {
+		return "instr(" + col + ", ?) > 0", sub
+	}
+	return col + " LIKE ? ESCAPE '!'", "%" + likeEscape(sub) + "%"
 }
 
 // where returns the condition and arguments of the messages of outbox that f selects.
@@ -249,7 +271,7 @@ func (s *store) where(outbox string, f filter) (string, []any) {
 		conds = append(conds, "state IN "+core.StoredPendingStates)
 	}
 	if f.retryable {
-		conds = append(conds, "state IN (2, 3)")
+		conds = append(conds, retryableCond)
 	}
 	if f.Type != "" {
 		conds = append(conds, "type = ?")
@@ -268,12 +290,12 @@ func (s *store) where(outbox string, f filter) (string, []any) {
 			v, _ := json.Marshal(f.HeaderVal)
 			pat += string(v)
 		}
-		conds = append(conds, "headers LIKE ? ESCAPE '!'")
-		args = append(args, "%"+likeEscape(pat)+"%")
+		cond, arg := s.contains("headers", pat)
+		conds, args = append(conds, cond), append(args, arg)
 	}
 	if f.Error != "" {
-		conds = append(conds, "last_error LIKE ? ESCAPE '!'")
-		args = append(args, "%"+likeEscape(f.Error)+"%")
+		cond, arg := s.contains("last_error", f.Error)
+		conds, args = append(conds, cond), append(args, arg)
 	}
 	if f.MinID > 0 {
 		conds = append(conds, "id >= ?")
@@ -374,6 +396,23 @@ func (s *store) ids(ctx context.Context, outbox string, f filter, after int64, l
 		out = append(out, id)
 		return err
 	})
+	return out, err
+}
+
+// idsIn returns those of ids that f selects, ascending.
+func (s *store) idsIn(ctx context.Context, outbox string, f filter, ids []int64) ([]int64, error) {
+	cond, args := s.where(outbox, f)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	var out []int64
+	err := s.query(ctx, `SELECT id FROM `+s.msgs+` WHERE `+cond+` AND id IN (?`+strings.Repeat(", ?", len(ids)-1)+`) ORDER BY id`, args,
+		func(scan func(...any) error) error {
+			var id int64
+			err := scan(&id)
+			out = append(out, id)
+			return err
+		})
 	return out, err
 }
 
@@ -506,7 +545,7 @@ func (s *store) retryNow(ctx context.Context, outbox string, ids []int64) (int64
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	res, err := s.db.ExecContext(ctx, s.p(`UPDATE `+s.msgs+` SET available_at = `+s.now()+` WHERE outbox = ? AND state = 3 AND id IN (?`+
+	res, err := s.db.ExecContext(ctx, s.p(`UPDATE `+s.msgs+` SET available_at = `+s.now()+` WHERE outbox = ? AND state = 3 AND attempts > 0 AND id IN (?`+
 		strings.Repeat(", ?", len(ids)-1)+`)`), args...)
 	if err != nil {
 		return 0, fmt.Errorf("outboxerui: retry now in %q: %w", outbox, err)
@@ -514,8 +553,8 @@ func (s *store) retryNow(ctx context.Context, outbox string, ids []int64) (int64
 	return res.RowsAffected()
 }
 
-// split sorts ids of outbox into the dead ones and the waiting ones (the others cannot be
-// retried).
+// split sorts ids of outbox into the dead ones and the ones waiting for a retry (the
+// others cannot be retried; see retryable).
 func (s *store) split(ctx context.Context, outbox string, ids []int64) (dead, waiting []int64, err error) {
 	if len(ids) == 0 {
 		return nil, nil, nil
@@ -524,7 +563,7 @@ func (s *store) split(ctx context.Context, outbox string, ids []int64) (dead, wa
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	err = s.query(ctx, `SELECT id, state FROM `+s.msgs+` WHERE outbox = ? AND state IN (2, 3) AND id IN (?`+strings.Repeat(", ?", len(ids)-1)+`) ORDER BY id`,
+	err = s.query(ctx, `SELECT id, state FROM `+s.msgs+` WHERE outbox = ? AND `+retryableCond+` AND id IN (?`+strings.Repeat(", ?", len(ids)-1)+`) ORDER BY id`,
 		args, func(scan func(...any) error) error {
 			var id int64
 			var st int

@@ -197,6 +197,11 @@ func (h *handler) secure(next http.Handler) http.Handler {
 				last = last[:i]
 			}
 			last = last[strings.LastIndex(last, "/")+1:]
+			if strings.Contains(last, ":") {
+				// A request target like "https:evil.example" (no path): without
+				// "./", the location would name a scheme, and another site.
+				last = "./" + last
+			}
 			hd.Set("Location", last+"/")
 			w.WriteHeader(http.StatusMovedPermanently)
 			return
@@ -221,7 +226,11 @@ func (h *handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
 		b := make([]byte, 32)
 		_, _ = rand.Read(b)
 		id = hex.EncodeToString(b)
-		http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: id, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		// Lax, not Strict: a Strict cookie is not sent when the operator follows a link
+		// to the dashboard from another site (an alert), so a new one would replace it
+		// and the forms of the tabs already open would fail their token. Lax still keeps
+		// it off other sites' POSTs, which need the token anyway.
+		http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: id, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
 	}
 	return h.sign(id)
 }

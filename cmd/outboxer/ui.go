@@ -100,6 +100,8 @@ func basicAuth(next http.Handler, user, pass string) http.Handler {
 		gotU, gotP := sha256.Sum256([]byte(u)), sha256.Sum256([]byte(p))
 		if !ok || subtle.ConstantTimeCompare(gotU[:], wantU[:])&subtle.ConstantTimeCompare(gotP[:], wantP[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Basic realm="outboxer", charset="UTF-8"`)
+			// The refusal is not the dashboard's page: it carries a policy too.
+			w.Header().Set("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
 			http.Error(w, "authentication required", http.StatusUnauthorized)
 			return
 		}

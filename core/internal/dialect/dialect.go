@@ -37,6 +37,9 @@ const (
 	Held = 4
 )
 
+// ShapePart is the part of the lease row that records an outbox's shape.
+const ShapePart = -1
+
 // PendingStates is the parenthesised list of the states of a pending message, for
 // "state IN PendingStates": every statement that reads the backlog uses it.
 const PendingStates = "(0, 3, 4)"
@@ -65,6 +68,14 @@ type SQL struct {
 	Promote, NextDue string
 	// LockLeases locks the lease rows of an outbox (not SQLite: it has one writer).
 	LockLeases string
+	// LiveLeases counts the lease rows of an outbox held by some owner and not run out.
+	// Placement reads id, group_key and part of an outbox's pending rows; Strays those
+	// of its pending rows in partitions at or beyond a count, oldest first, at most a
+	// thousand.
+	LiveLeases, Placement, Strays string
+	// ReadShape reads the partition count and the shape row's text (NULL when there is
+	// none) of an outbox; EnsureShape creates the shape row, SetShape changes its text.
+	ReadShape, EnsureShape, SetShape string
 	// Membership. Heartbeat records a node of an outbox as live for a number of
 	// microseconds from the database clock (arguments: outbox, node, max partitions,
 	// microseconds); LiveNodes lists the live nodes of an outbox (node, max partitions,
@@ -108,11 +119,11 @@ func New(kind Kind, schema, table string) *SQL {
 	// outbox that never ran creates them with token -1, so that they do not count as
 	// partitions a run had (CountLeases), until a run claims them (ClaimLeases).
 	s.EnsureLease = s.p(s.insertIgnore(s.Leases, "outbox, part, owner, token, expires_at, paused", "?, ?, '', ?, "+s.zeroTime()+", ?"))
-	s.ClaimLeases = s.p(`UPDATE ` + s.Leases + ` SET token = 0 WHERE outbox = ? AND part < ? AND token < 0`)
+	s.ClaimLeases = s.p(`UPDATE ` + s.Leases + ` SET token = 0 WHERE outbox = ? AND part >= 0 AND part < ? AND token < 0`)
 	s.AcquireLease = s.p(`UPDATE ` + s.Leases + ` SET owner = ?, token = token + 1, expires_at = ` + s.NowPlus("?") +
 		` WHERE outbox = ? AND part = ? AND expires_at < ` + now)
 	s.ReadLease = s.p(`SELECT token, paused FROM ` + s.Leases + ` WHERE outbox = ? AND part = ? AND owner = ?`)
-	s.RenewLease = s.p(`UPDATE ` + s.Leases + ` SET expires_at = ` + s.NowPlus("?") + ` WHERE outbox = ? AND part = ? AND token = ?`)
+	s.RenewLease = s.p(`UPDATE ` + s.Leases + ` SET expires_at = ` + s.NowPlus("?") + ` WHERE outbox = ? AND part = ? AND token = ? AND owner = ?`)
 	// FenceLease is RenewLease as the first statement of a confirming transaction: it
 	// locks the lease row, so a takeover waits for the commit or the confirm sees it.
 	s.FenceLease = s.RenewLease
@@ -121,11 +132,11 @@ func New(kind Kind, schema, table string) *SQL {
 	s.Resume = s.p(`UPDATE ` + s.Leases + ` SET paused = ` + s.bool(false) + ` WHERE outbox = ?`)
 	// The partitions the last run had: rows made by Pause on an outbox that never ran do
 	// not count.
-	s.CountLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND token >= 0`)
+	s.CountLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND part >= 0 AND token >= 0`)
 	s.AnyPaused = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND paused = ` + s.bool(true))
 	s.DropLeasesFrom = s.p(`DELETE FROM ` + s.Leases + ` WHERE outbox = ? AND part >= ?`)
 	s.LeaseStatus = s.p(`SELECT part, owner, token, ` + s.TimeCol("expires_at") + `, paused, ` + s.TimeCol(now) + ` FROM ` + s.Leases +
-		` WHERE outbox = ? ORDER BY part`)
+		` WHERE outbox = ? AND part >= 0 ORDER BY part`)
 
 	s.FailMessage = s.p(`UPDATE ` + s.Messages + ` SET attempts = attempts + 1, last_error = ?, available_at = ` + s.NowPlus("?") +
 		`, state = ` + strconv.Itoa(Waiting) + ` WHERE id = ? AND state = 0 AND attempts = ?`)
@@ -139,6 +150,18 @@ func New(kind Kind, schema, table string) *SQL {
 	s.PartitionsInUse = s.p(`SELECT DISTINCT part FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates + ` AND part >= ?`)
 	s.MovePartitions = s.p(`UPDATE ` + s.Messages + ` SET part = MOD(part, ?) WHERE outbox = ? AND state IN ` + PendingStates + ` AND part >= ?`)
 	s.LockLeases = s.p(`SELECT part FROM ` + s.Leases + ` WHERE outbox = ? ORDER BY part FOR UPDATE`)
+	// The shape row (part ShapePart) records what the nodes of an outbox must agree on
+	// besides the partition count, which the partitions' own rows record: in its owner
+	// column, as text (see core's shape.go). Its token is -1 and it never expires, so it
+	// counts neither as a partition nor as a live lease.
+	s.ReadShape = s.p(`SELECT (SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND part >= 0 AND token >= 0), ` +
+		`(SELECT owner FROM ` + s.Leases + ` WHERE outbox = ? AND part = ` + strconv.Itoa(ShapePart) + `)`)
+	s.EnsureShape = s.p(s.insertIgnore(s.Leases, "outbox, part, owner, token, expires_at, paused", "?, "+strconv.Itoa(ShapePart)+", ?, -1, "+s.zeroTime()+", "+s.bool(false)))
+	s.SetShape = s.p(`UPDATE ` + s.Leases + ` SET owner = ? WHERE outbox = ? AND part = ` + strconv.Itoa(ShapePart))
+	s.LiveLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND owner <> '' AND expires_at > ` + now)
+	s.Placement = s.p(`SELECT id, group_key, part FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates)
+	s.Strays = s.p(`SELECT id, group_key, part FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates +
+		` AND part >= ? ORDER BY id LIMIT 1000`)
 	s.Promote = s.p(`UPDATE ` + s.Messages + ` SET state = ` + strconv.Itoa(Ready) + ` WHERE outbox = ? AND state = ` + strconv.Itoa(Waiting) +
 		` AND part = ? AND available_at <= ` + now)
 	s.NextDue = s.p(`SELECT ` + s.micros(`MIN(available_at)`) + ` - ` + s.micros(now) + ` FROM ` + s.Messages +
@@ -146,7 +169,7 @@ func New(kind Kind, schema, table string) *SQL {
 	s.Heartbeat = s.heartbeat()
 	s.LiveNodes = s.p(`SELECT node, max_parts, ` + s.TimeCol("seen_at") + `, ` + s.TimeCol(now) + ` FROM ` + s.Nodes +
 		` WHERE outbox = ? AND expires_at > ` + now)
-	s.FreeLeases = s.p(`SELECT part FROM ` + s.Leases + ` WHERE outbox = ? AND expires_at < ` + now + ` ORDER BY part`)
+	s.FreeLeases = s.p(`SELECT part FROM ` + s.Leases + ` WHERE outbox = ? AND part >= 0 AND expires_at < ` + now + ` ORDER BY part`)
 	s.LeaveNode = s.p(`DELETE FROM ` + s.Nodes + ` WHERE outbox = ? AND node = ?`)
 	s.ForgetNodes = s.p(`DELETE FROM ` + s.Nodes + ` WHERE outbox = ? AND expires_at <= ` + now)
 	switch kind {
@@ -567,8 +590,8 @@ func (s *SQL) MarkDelivered(ids []int64) (string, []any) {
 
 // ConfirmAll (PostgreSQL) extends the lease of (outbox, part) if its token still matches
 // and, only then, deletes the given pending messages (or marks them delivered, with keep).
-// Its first four arguments are the lease duration in microseconds, the outbox, the
-// partition and the token; it returns whether the lease held (1 or 0) and how many rows
+// Its first five arguments are the lease duration in microseconds, the outbox, the
+// partition, the token and the owner; it returns whether the lease held (1 or 0) and how many rows
 // it changed. The lease row stays locked until the statement ends, so a takeover either
 // waits for it or makes it change nothing.
 func (s *SQL) ConfirmAll(ids []int64, keep bool) (string, []any) {
@@ -578,7 +601,7 @@ func (s *SQL) ConfirmAll(ids []int64, keep bool) (string, []any) {
 		change = `UPDATE ` + s.Messages + ` SET state = 1, delivered_at = now() WHERE state = 0 AND ` + cond
 	}
 	return s.p(`WITH l AS (UPDATE ` + s.Leases + ` SET expires_at = ` + s.NowPlus("?") +
-		` WHERE outbox = ? AND part = ? AND token = ? RETURNING 1), d AS (` + change +
+		` WHERE outbox = ? AND part = ? AND token = ? AND owner = ? RETURNING 1), d AS (` + change +
 		` AND EXISTS (SELECT 1 FROM l) RETURNING 1) SELECT (SELECT COUNT(*) FROM l), (SELECT COUNT(*) FROM d)`), args
 }
 
@@ -587,6 +610,31 @@ func (s *SQL) RetryDeadIDs(outbox string, ids []int64) (string, []any) {
 	cond, args := s.IDList(ids)
 	return s.p(s.updateByID() + ` SET state = 0, attempts = 0, available_at = ` + s.Now() +
 		` WHERE outbox = ? AND state = 2 AND ` + cond), append([]any{outbox}, args...)
+}
+
+// DeadPlacement returns the query for id, group_key and part of the dead messages of an
+// outbox: those of ids, or all of them when ids is empty.
+func (s *SQL) DeadPlacement(outbox string, ids []int64) (string, []any) {
+	q := `SELECT id, group_key, part FROM ` + s.Messages + ` WHERE outbox = ? AND state = 2`
+	if len(ids) == 0 {
+		return s.p(q), []any{outbox}
+	}
+	cond, args := s.IDList(ids)
+	return s.p(q + ` AND ` + cond), append([]any{outbox}, args...)
+}
+
+// MovePending moves pending messages of an outbox, by ID, into partition part.
+func (s *SQL) MovePending(outbox string, part int, ids []int64) (string, []any) {
+	cond, args := s.IDList(ids)
+	return s.p(s.updateByID() + ` SET part = ? WHERE outbox = ? AND state IN ` + PendingStates + ` AND ` + cond),
+		append([]any{part, outbox}, args...)
+}
+
+// RetryDeadInto revives dead messages of an outbox by ID into partition part.
+func (s *SQL) RetryDeadInto(outbox string, part int, ids []int64) (string, []any) {
+	cond, args := s.IDList(ids)
+	return s.p(s.updateByID() + ` SET state = 0, attempts = 0, available_at = ` + s.Now() + `, part = ?` +
+		` WHERE outbox = ? AND state = 2 AND ` + cond), append([]any{part, outbox}, args...)
 }
 
 // Up returns the statements that create the tables and indexes, idempotently.
@@ -738,7 +786,15 @@ func mysqlName(n int) string {
 // waitingFromReady moves the rows of a table made by an earlier version that are not due
 // yet (scheduled, or waiting for a retry) from ready to waiting.
 func (s *SQL) waitingFromReady() string {
-	return `UPDATE ` + s.Messages + ` SET state = ` + strconv.Itoa(Waiting) + ` WHERE state = 0 AND available_at > ` + s.Now()
+	// On PostgreSQL now() is the migration transaction's start, which can be before a
+	// message published while the migration waited for its lock: compared with it, that
+	// message would look not due yet and be taken from a relay that has it in flight.
+	// The statement's own clock sees only rows of earlier versions as not due.
+	now := s.Now()
+	if s.Kind == Postgres {
+		now = `clock_timestamp()`
+	}
+	return `UPDATE ` + s.Messages + ` SET state = ` + strconv.Itoa(Waiting) + ` WHERE state = 0 AND available_at > ` + now
 }
 
 // Down returns the statements that drop what Up created.

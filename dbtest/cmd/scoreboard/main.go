@@ -37,10 +37,12 @@ var scenarios = []string{
 	8:  "huge payloads and big batches",
 	9:  "hostile configuration and input",
 	10: "restore from pg_dump",
+	11: "unreadable rows",
 	12: "effectively once (inbox)",
 	13: "blocked and scheduled backlogs",
 	14: "names differing in trailing spaces",
 	15: "relay nodes joining, leaving, crashing, freezing",
+	16: "partition count changes",
 }
 
 func main() {

@@ -24,7 +24,7 @@ CREATE INDEX IF NOT EXISTS "outboxer_messages_waiting" ON "outboxer_messages" (o
 
 CREATE INDEX IF NOT EXISTS "outboxer_messages_blocking" ON "outboxer_messages" (outbox, part, group_key, id) WHERE state IN (3, 4);
 
-UPDATE "outboxer_messages" SET state = 3 WHERE state = 0 AND available_at > now();
+UPDATE "outboxer_messages" SET state = 3 WHERE state = 0 AND available_at > clock_timestamp();
 
 CREATE TABLE IF NOT EXISTS "outboxer_messages_leases" (
 	outbox text NOT NULL,
