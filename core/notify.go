@@ -88,7 +88,7 @@ func (o *Outboxer) listen(ctx context.Context) {
 		if verified {
 			wait, idle = 100*time.Millisecond, notListeningRetry
 		}
-		o.cfg.Logger.Warn("outboxer: notification listener lost its connection", "err", err, "retry_in", wait)
+		o.cfg.Logger.Warn("outboxer: notification listener lost its connection", "outboxer", o.cfg.Name, "err", err, "retry_in", wait)
 		if !sleep(ctx, wait) {
 			return
 		}

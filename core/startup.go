@@ -12,7 +12,25 @@ var startUpBackoff = Backoff{Min: 100 * time.Millisecond, Max: 30 * time.Second}
 
 // startUp prepares the tables and starts the relays, trying again after the failures
 // waiting can fix (see Run) until ctx is done.
+//
+// A Starter that panics: the panic goes on up to Run's caller unchanged, once the relays
+// started so far are closed and the instance no longer counts as running, so that a
+// caller that recovers it (a supervisor) may call Run again.
 func (o *Outboxer) startUp(ctx context.Context, started map[Relay]bool) error {
+	returned := false
+	defer func() {
+		if !returned {
+			o.closeRelays(started)
+			o.running.Store(false)
+		}
+	}()
+	err := o.tryStartUp(ctx, started)
+	returned = true
+	return err
+}
+
+// tryStartUp is startUp's loop.
+func (o *Outboxer) tryStartUp(ctx context.Context, started map[Relay]bool) error {
 	for try := 1; ; try++ {
 		err := o.prepareRun(ctx)
 		if err == nil {
@@ -25,7 +43,7 @@ func (o *Outboxer) startUp(ctx context.Context, started map[Relay]bool) error {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("outboxer: stopped before start-up succeeded: %w (last error: %w)", context.Cause(ctx), err)
+			return stoppedError(ctx, err)
 		}
 		if !retryStartUp(err) {
 			o.cfg.Logger.Error("outboxer: cannot start; not retrying", "outboxer", o.cfg.Name, "err", err)
@@ -34,7 +52,7 @@ func (o *Outboxer) startUp(ctx context.Context, started map[Relay]bool) error {
 		wait := startUpBackoff.Delay(try)
 		o.cfg.Logger.Error("outboxer: cannot start; retrying", "outboxer", o.cfg.Name, "err", err, "try", try, "retry_in", wait)
 		if !sleep(ctx, wait) {
-			return fmt.Errorf("outboxer: stopped before start-up succeeded: %w (last error: %w)", context.Cause(ctx), err)
+			return stoppedError(ctx, err)
 		}
 	}
 }
@@ -57,4 +75,14 @@ func startUpError(ob *box, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %s does not exist yet: run Migrate (or outboxer migrate up): %w", ErrNotMigrated, ob.sql.Messages, err)
+}
+
+// stoppedError is Run's error when ctx ended before start-up succeeded: it matches ctx's
+// error and, when ctx was ended with one, its cause (context.WithCancelCause), and wraps
+// last, the last start-up failure.
+func stoppedError(ctx context.Context, last error) error {
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		return fmt.Errorf("outboxer: stopped before start-up succeeded: %w: %w (last error: %w)", ctx.Err(), cause, last)
+	}
+	return fmt.Errorf("outboxer: stopped before start-up succeeded: %w (last error: %w)", ctx.Err(), last)
 }
