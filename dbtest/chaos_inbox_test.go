@@ -185,6 +185,10 @@ func inboxEffectivelyOnce(t *testing.T, db *dbtest.DB) {
 	}
 	cfg.KillBatch, cfg.KillAcks = 0, 0
 	heir := startRelay(t, cfg)
+	// Up and serving before anything can stop it: when the victims' batches already
+	// logged every message, a SIGTERM right after the start would find the process before
+	// its signal handler is installed.
+	heir.waitLine(t, "READY", 60*time.Second)
 	eventually(t, 120*time.Second, "every message in the log", func() bool { return distinctDelivered(t, db) == total })
 	heir.stop(t)
 	var logged int
