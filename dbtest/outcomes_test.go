@@ -509,7 +509,7 @@ func TestRunAgainAfterAFailedStart(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Run waits for the migration until its context ends (issue 18, item 1).
-		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		short, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		if err := ob.Run(short); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, core.ErrNotMigrated) {
 			t.Fatalf("Run on tables not migrated: %v, want an error matching its context's and ErrNotMigrated", err)

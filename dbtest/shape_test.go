@@ -96,7 +96,7 @@ func TestRetryDeadAfterFewerPartitions(t *testing.T) {
 		}
 		// A relay with the new count starts.
 		runner := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {Relay: &recorder{}, Partitions: 2}}})
-		bounded, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		bounded, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		if err := runner.Run(bounded); err != nil {
 			t.Errorf("Run after the retry: %v", err)
