@@ -228,6 +228,44 @@ func TestSharesDealPartitionsFairly(t *testing.T) {
 	}
 }
 
+// Partitions are dealt in join order, then by name: the nodes already there keep their
+// shares when one joins, whatever its name.
+func TestSharesDealInJoinOrder(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(name string, micros int) node {
+		return node{name: name, joined: t0.Add(time.Duration(micros) * time.Microsecond)}
+	}
+	// Four nodes hold the four partitions; "a" joins last: it stands by, no share moves.
+	holders := []node{at("e", 3), at("c", 1), at("b", 0), at("d", 2)}
+	before := shares(4, holders)
+	after := shares(4, append(holders, at("a", 4)))
+	for _, n := range holders {
+		if before[n.name] != 1 || after[n.name] != 1 {
+			t.Errorf("node %s: share %d before a joined, %d after; want 1 and 1", n.name, before[n.name], after[n.name])
+		}
+	}
+	if after["a"] != 0 {
+		t.Errorf("the node that joined last has share %d, want 0 (all: %v)", after["a"], after)
+	}
+	// Uneven shares: the earlier nodes get the larger ones, whatever their names.
+	got := shares(5, []node{at("a", 20), at("z", 10)})
+	if got["z"] != 3 || got["a"] != 2 {
+		t.Errorf("5 partitions over z (joined first) and a = %v, want z 3, a 2", got)
+	}
+	// Same join time: by name.
+	got = shares(3, []node{at("y", 7), at("x", 7)})
+	if got["x"] != 2 || got["y"] != 1 {
+		t.Errorf("3 partitions over x and y joined together = %v, want x 2, y 1", got)
+	}
+	// A cap in join order: the first node stops at its cap, the next ones share the rest.
+	capped := at("m", 0)
+	capped.max = 1
+	got = shares(6, []node{at("b", 2), capped, at("a", 1)})
+	if got["m"] != 1 || got["a"] != 3 || got["b"] != 2 {
+		t.Errorf("6 partitions over m (cap 1), a, b in join order = %v, want m 1, a 3, b 2", got)
+	}
+}
+
 func TestMaxPartitionsValidated(t *testing.T) {
 	cfg := Config{DB: new(sql.DB), Dialect: Postgres, Outboxes: map[string]OutboxConfig{"orders": {Relay: nopRelay{}}}}
 	for _, n := range []int{0, 1, 64, AllPartitions} {

@@ -86,6 +86,10 @@ type PartitionHealth struct {
 type NodeHealth struct {
 	// Node is its owner name ((*Outboxer).Owner).
 	Node string
+	// Joined is the database clock at the heartbeat that made it live. Partitions are
+	// dealt to the nodes in join order (then by name), so a node that joins later stands
+	// by when the nodes already there hold every partition.
+	Joined time.Time
 	// LastHeartbeat is the database clock at its last heartbeat.
 	LastHeartbeat time.Time
 	// MaxPartitions is its Config.MaxPartitions; Share the partitions it aims at, as
@@ -228,7 +232,7 @@ func (o *Outboxer) outboxHealth(ctx context.Context, ob *box) (OutboxHealth, tim
 	index := map[string]int{}
 	for _, n := range nodes {
 		index[n.name] = len(oh.Nodes)
-		oh.Nodes = append(oh.Nodes, NodeHealth{Node: n.name, LastHeartbeat: n.lastSeen, MaxPartitions: n.max, Share: share[n.name], Partitions: []int{}})
+		oh.Nodes = append(oh.Nodes, NodeHealth{Node: n.name, Joined: n.joined, LastHeartbeat: n.lastSeen, MaxPartitions: n.max, Share: share[n.name], Partitions: []int{}})
 	}
 	for _, p := range slices.Sorted(maps.Keys(parts)) {
 		ph := parts[p]

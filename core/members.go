@@ -16,8 +16,14 @@ import (
 //
 // Every running instance (not PublishOnly, not Manual) heartbeats a row per outbox into
 // the table's "_nodes" table, timed by the database clock like the leases, and reads the
-// live rows back. From them every node computes the same share-out (shares): nodes sorted
-// by name, partitions dealt round-robin to the balanced ones, skipping a node at its cap.
+// live rows back. A row records when its node joined: the database clock of the heartbeat
+// that made it live, kept by the later ones. From the rows every node computes the same
+// share-out (shares): nodes sorted by join time, then name, partitions dealt round-robin
+// to the balanced ones, skipping a node at its cap. A node that joins is dealt last, so
+// with more nodes than partitions it stands by and takes nothing from the nodes already
+// there. A node forgotten after missing its heartbeats joins again as a newcomer, last;
+// so does a restarted process (a new owner name, so a new node).
+//
 // Its own share is what its workers aim at: a worker whose partition is free takes it only
 // while the node holds fewer than its share, and a worker holding one when the node holds
 // more gives it back after its batch is confirmed. A lease is never taken from a live
@@ -85,17 +91,28 @@ func (b *balance) counts() (share, held int) {
 // node is a live member of an outbox, as its heartbeat row says.
 type node struct {
 	name     string
-	max      int // Config.MaxPartitions of the node
+	max      int       // Config.MaxPartitions of the node
+	joined   time.Time // database clock when it became live (joined_at)
 	lastSeen time.Time
 }
 
-// shares deals parts partitions to the nodes: sorted by name, round-robin over the
+// shareOrder is the order partitions are dealt in: by join time, then by name. A node that
+// joins comes after every node already there: when they hold every partition already it
+// is dealt none, and nothing moves.
+func shareOrder(a, b node) int {
+	if c := a.joined.Compare(b.joined); c != 0 {
+		return c
+	}
+	return strings.Compare(a.name, b.name)
+}
+
+// shares deals parts partitions to the nodes: in shareOrder, round-robin over the
 // balanced nodes (MaxPartitions ≥ 0), skipping a node at its cap. Every node computes the
 // same result from the same rows, and the shares of the balanced nodes sum to parts when
 // their caps allow it. A node that opted out (AllPartitions) has share -1: no limit.
 func shares(parts int, nodes []node) map[string]int {
 	sorted := slices.Clone(nodes)
-	slices.SortFunc(sorted, func(a, b node) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(sorted, shareOrder)
 	out := make(map[string]int, len(sorted))
 	var open []int // indexes of balanced nodes that can take more
 	for i, n := range sorted {
@@ -319,13 +336,13 @@ func (o *Outboxer) liveNodes(ctx context.Context, ob *box) ([]node, error) {
 	var nodes []node
 	err := queryRows(ctx, o.cfg.DB, ob.sql.LiveNodes, []any{ob.name}, func(scan func(...any) error) error {
 		var (
-			n          node
-			seen, when dbTime
+			n                  node
+			joined, seen, when dbTime
 		)
-		if err := scan(&n.name, &n.max, &seen, &when); err != nil {
+		if err := scan(&n.name, &n.max, &joined, &seen, &when); err != nil {
 			return err
 		}
-		n.lastSeen = seen.Time
+		n.joined, n.lastSeen = joined.Time, seen.Time
 		nodes = append(nodes, n)
 		return nil
 	})

@@ -78,8 +78,10 @@ type SQL struct {
 	ReadShape, EnsureShape, SetShape string
 	// Membership. Heartbeat records a node of an outbox as live for a number of
 	// microseconds from the database clock (arguments: outbox, node, max partitions,
-	// microseconds); LiveNodes lists the live nodes of an outbox (node, max partitions,
-	// last heartbeat, database clock); LeaveNode forgets a node (outbox, node);
+	// microseconds); the node's join time is the database clock of the heartbeat that
+	// made it live, kept by the next ones while its row has not run out. LiveNodes lists
+	// the live nodes of an outbox (node, max partitions, join time, last heartbeat,
+	// database clock); LeaveNode forgets a node (outbox, node);
 	// ExpiredNodes lists the nodes of an outbox whose heartbeat ran out (outbox), without
 	// locking; ForgetNode deletes one of them by its key (outbox, node), so that a row
 	// locked by someone else's transaction blocks no other node's row.
@@ -169,7 +171,7 @@ func New(kind Kind, schema, table string) *SQL {
 	s.NextDue = s.p(`SELECT ` + s.micros(`MIN(available_at)`) + ` - ` + s.micros(now) + ` FROM ` + s.Messages +
 		` WHERE outbox = ? AND state = ` + strconv.Itoa(Waiting) + ` AND part = ?`)
 	s.Heartbeat = s.heartbeat()
-	s.LiveNodes = s.p(`SELECT node, max_parts, ` + s.TimeCol("seen_at") + `, ` + s.TimeCol(now) + ` FROM ` + s.Nodes +
+	s.LiveNodes = s.p(`SELECT node, max_parts, ` + s.TimeCol("joined_at") + `, ` + s.TimeCol("seen_at") + `, ` + s.TimeCol(now) + ` FROM ` + s.Nodes +
 		` WHERE outbox = ? AND expires_at > ` + now)
 	s.FreeLeases = s.p(`SELECT part FROM ` + s.Leases + ` WHERE outbox = ? AND part >= 0 AND expires_at < ` + now + ` ORDER BY part`)
 	s.LeaveNode = s.p(`DELETE FROM ` + s.Nodes + ` WHERE outbox = ? AND node = ?`)
@@ -185,14 +187,22 @@ func New(kind Kind, schema, table string) *SQL {
 	return s
 }
 
-// heartbeat inserts or refreshes a node's row.
+// heartbeat inserts or refreshes a node's row. The join time is set when the row is
+// inserted, and again when the row had run out (the node was forgotten, whether or not
+// its row was deleted yet): a node is a member from the heartbeat that made it live.
 func (s *SQL) heartbeat() string {
 	now := s.Now()
-	ins := `INSERT INTO ` + s.Nodes + ` (outbox, node, max_parts, seen_at, expires_at) VALUES (?, ?, ?, ` + now + `, ` + s.NowPlus("?") + `)`
+	cols := ` (outbox, node, max_parts, joined_at, seen_at, expires_at) VALUES (?, ?, ?, ` + now + `, ` + now + `, ` + s.NowPlus("?") + `)`
 	if s.Kind == MySQL {
-		return ins + ` ON DUPLICATE KEY UPDATE max_parts = VALUES(max_parts), seen_at = VALUES(seen_at), expires_at = VALUES(expires_at)`
+		// MySQL assigns in order, each seeing the ones before: joined_at goes first, to
+		// test the old expires_at.
+		return `INSERT INTO ` + s.Nodes + cols + ` ON DUPLICATE KEY UPDATE` +
+			` joined_at = IF(expires_at > VALUES(seen_at), joined_at, VALUES(joined_at)),` +
+			` max_parts = VALUES(max_parts), seen_at = VALUES(seen_at), expires_at = VALUES(expires_at)`
 	}
-	return s.p(ins + ` ON CONFLICT (outbox, node) DO UPDATE SET max_parts = excluded.max_parts, seen_at = excluded.seen_at, expires_at = excluded.expires_at`)
+	return s.p(`INSERT INTO ` + s.Nodes + ` AS n` + cols + ` ON CONFLICT (outbox, node) DO UPDATE SET` +
+		` joined_at = CASE WHEN n.expires_at > excluded.seen_at THEN n.joined_at ELSE excluded.joined_at END,` +
+		` max_parts = excluded.max_parts, seen_at = excluded.seen_at, expires_at = excluded.expires_at`)
 }
 
 // Quote quotes an identifier.
@@ -684,6 +694,7 @@ func (s *SQL) Up() []string {
 	outbox text NOT NULL,
 	node text NOT NULL,
 	max_parts integer NOT NULL DEFAULT 0,
+	joined_at timestamptz NOT NULL,
 	seen_at timestamptz NOT NULL,
 	expires_at timestamptz NOT NULL,
 	PRIMARY KEY (outbox, node)
@@ -724,6 +735,7 @@ func (s *SQL) Up() []string {
 	outbox TEXT NOT NULL,
 	node TEXT NOT NULL,
 	max_parts INTEGER NOT NULL DEFAULT 0,
+	joined_at INTEGER NOT NULL,
 	seen_at INTEGER NOT NULL,
 	expires_at INTEGER NOT NULL,
 	PRIMARY KEY (outbox, node)
@@ -769,6 +781,7 @@ func (s *SQL) Up() []string {
 	outbox `+mysqlName(200)+`,
 	node VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
 	max_parts INT NOT NULL DEFAULT 0,
+	joined_at DATETIME(6) NOT NULL,
 	seen_at DATETIME(6) NOT NULL,
 	expires_at DATETIME(6) NOT NULL,
 	PRIMARY KEY (outbox, node)

@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS `outboxer_messages_nodes` (
 	outbox VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
 	node VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
 	max_parts INT NOT NULL DEFAULT 0,
+	joined_at DATETIME(6) NOT NULL,
 	seen_at DATETIME(6) NOT NULL,
 	expires_at DATETIME(6) NOT NULL,
 	PRIMARY KEY (outbox, node)

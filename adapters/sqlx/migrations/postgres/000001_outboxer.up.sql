@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS "outboxer_messages_nodes" (
 	outbox text NOT NULL,
 	node text NOT NULL,
 	max_parts integer NOT NULL DEFAULT 0,
+	joined_at timestamptz NOT NULL,
 	seen_at timestamptz NOT NULL,
 	expires_at timestamptz NOT NULL,
 	PRIMARY KEY (outbox, node)

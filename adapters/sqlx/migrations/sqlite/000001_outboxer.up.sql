@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS "outboxer_messages_nodes" (
 	outbox TEXT NOT NULL,
 	node TEXT NOT NULL,
 	max_parts INTEGER NOT NULL DEFAULT 0,
+	joined_at INTEGER NOT NULL,
 	seen_at INTEGER NOT NULL,
 	expires_at INTEGER NOT NULL,
 	PRIMARY KEY (outbox, node)
