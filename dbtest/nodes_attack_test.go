@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -244,11 +243,14 @@ func TestNodesOnePartitionEightNodes(t *testing.T) {
 		rec := &recorder{}
 		var obs []*core.Outboxer
 		for i := range 8 {
-			ob := attackInstance(t, db, fmt.Sprintf("n%d", i), 1, 2*time.Second, rec)
+			// The nodes join one after the other, each the last: n7 first by name, n0 the
+			// first to join.
+			ob := attackInstance(t, db, fmt.Sprintf("n%d", 7-i), 1, 2*time.Second, rec)
 			obs = append(obs, ob)
 			run(t, ob)
+			eventually(t, 30*time.Second, "the node is live", func() bool { _, ok := nodeOf(t, ob, ob.Owner()); return ok })
 		}
-		want := []int{1, 0, 0, 0, 0, 0, 0, 0} // n0 sorts first
+		want := []int{1, 0, 0, 0, 0, 0, 0, 0} // the first to join holds it
 		heldBy(t, obs, want, 30*time.Second)
 		before := leaseTokens(t, obs[0])
 		pub := publish(t, obs[0], db.DB, groups(100, 5)...)
@@ -363,6 +365,8 @@ func TestNodesPauseDuringRebalance(t *testing.T) {
 		pub = append(pub, publish(t, a, db.DB, groups(100, 20)...)...)
 		b := attackInstance(t, db, "b", 8, 2*time.Second, rec)
 		run(t, b)
+		// b joins before c (partitions are dealt in join order): a and b get 3, c 2.
+		eventually(t, 30*time.Second, "b is live", func() bool { _, ok := nodeOf(t, a, b.Owner()); return ok })
 		c := attackInstance(t, db, "c", 8, 2*time.Second, rec)
 		stopC := run(t, c)
 		heldBy(t, []*core.Outboxer{a, b, c}, []int{3, 3, 2}, 30*time.Second)
@@ -474,17 +478,9 @@ func TestNodesNameWithControlCharacters(t *testing.T) {
 }
 
 // With more nodes than partitions, a node joining adds nothing: every partition already
-// has a holder. The promise "partitions move only when they must" says no lease moves.
-//
-// Proven broken (issue 19): the share-out deals the partitions to the nodes in name
-// order, so a newcomer whose name sorts first takes a partition from the last node (one
-// needless hand-off, with its pause, per such join). Fixing it needs an order every node
-// agrees on that favours the nodes already there (a join time in the nodes table): a
-// schema change, not made here. Skipped until then.
+// has a holder. The promise "partitions move only when they must" says no lease moves,
+// even when the newcomer's name sorts before every holder's.
 func TestNodesStandbyJoinMovesNothing(t *testing.T) {
-	if os.Getenv("OUTBOXER_KNOWN_BROKEN") == "" {
-		t.Skip("known broken, issue 19: a node whose name sorts first takes a partition when it joins, even as a standby; set OUTBOXER_KNOWN_BROKEN=1 to run")
-	}
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
 		rec := &recorder{}
 		var obs []*core.Outboxer
@@ -502,6 +498,50 @@ func TestNodesStandbyJoinMovesNothing(t *testing.T) {
 		if after := leaseTokens(t, obs[0]); after != before {
 			h, _ := holdings(t, obs[0])
 			t.Errorf("a standby joining moved %d leases (holdings %v)", after-before, h)
+		}
+	})
+}
+
+// A node's join time is the database clock of the heartbeat that made it live, and its
+// later heartbeats keep it: a standby stays behind the holder however often both beat.
+// A node whose heartbeat row ran out was forgotten: its next heartbeat joins it again,
+// last, so it stands by and the former standby takes the partition.
+func TestNodesJoinTimeKeptUntilForgotten(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		rec := &recorder{}
+		a := attackInstance(t, db, "a", 1, 2*time.Second, rec)
+		run(t, a)
+		var joined core.NodeHealth
+		eventually(t, 30*time.Second, "a is live", func() bool { var ok bool; joined, ok = nodeOf(t, a, a.Owner()); return ok })
+		if joined.Joined.IsZero() || joined.Joined.After(joined.LastHeartbeat) {
+			t.Fatalf("a joined at %v, last heartbeat %v: want a join time no later than the heartbeat", joined.Joined, joined.LastHeartbeat)
+		}
+		b := attackInstance(t, db, "b", 1, 2*time.Second, rec)
+		run(t, b)
+		heldBy(t, []*core.Outboxer{a, b}, []int{1, 0}, 30*time.Second)
+		// Heartbeats every LeaseDuration/4: wait for a few more of a's.
+		eventually(t, 30*time.Second, "later heartbeats of a", func() bool {
+			n, ok := nodeOf(t, a, a.Owner())
+			return ok && n.LastHeartbeat.Sub(joined.LastHeartbeat) > time.Second
+		})
+		n, _ := nodeOf(t, a, a.Owner())
+		if !n.Joined.Equal(joined.Joined) {
+			t.Fatalf("a's join time went from %v to %v with its heartbeats", joined.Joined, n.Joined)
+		}
+		before := leaseTokens(t, a)
+
+		// a's row runs out as of its last heartbeat: the others forget a.
+		q := placeholders(db.Dialect, `UPDATE outboxer_messages_nodes SET expires_at = seen_at WHERE outbox = ? AND node = ?`)
+		if _, err := db.ExecContext(context.Background(), q, "orders", a.Owner()); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "a joins again, with a later join time", func() bool {
+			n, ok := nodeOf(t, b, a.Owner())
+			return ok && n.Joined.After(joined.LastHeartbeat)
+		})
+		heldBy(t, []*core.Outboxer{a, b}, []int{0, 1}, 30*time.Second)
+		if moves := leaseTokens(t, a) - before; moves != 1 {
+			t.Errorf("the partition moved %d times, want once (from a to b)", moves)
 		}
 	})
 }
