@@ -259,8 +259,9 @@ type Config struct {
 	// MaxPartitions says how many partitions of each outbox this instance holds when
 	// several relay nodes share them. Every running instance heartbeats into the
 	// database; each aims at its fair share of every outbox's partitions (P/N rounded up
-	// for the first P mod N nodes by name, down for the others), takes free partitions up
-	// to it and gives back, after confirming its batch in flight, what it holds beyond it.
+	// for the first P mod N nodes in the order they joined, down for the others), takes
+	// free partitions up to it and gives back, after confirming its batch in flight, what
+	// it holds beyond it. A node that joins while the others hold every partition stands by.
 	//
 	// 0 (the default): the fair share. n > 0: at most n; the other nodes share the rest.
 	// AllPartitions (-1): this instance is not balanced: it takes every partition that

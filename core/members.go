@@ -19,10 +19,10 @@ import (
 // live rows back. A row records when its node joined: the database clock of the heartbeat
 // that made it live, kept by the later ones. From the rows every node computes the same
 // share-out (shares): nodes sorted by join time, then name, partitions dealt round-robin
-// to the balanced ones, skipping a node at its cap. A node that joins is dealt last, so
-// with more nodes than partitions it stands by and takes nothing from the nodes already
-// there. A node forgotten after missing its heartbeats joins again as a newcomer, last;
-// so does a restarted process (a new owner name, so a new node).
+// to the balanced ones, skipping a node at its cap. A node that joins is dealt last: when
+// the nodes already there hold every partition it stands by, and takes nothing from them.
+// A node forgotten after missing its heartbeats joins again as a newcomer, last; so does
+// a restarted process (a new owner name, so a new node).
 //
 // Its own share is what its workers aim at: a worker whose partition is free takes it only
 // while the node holds fewer than its share, and a worker holding one when the node holds
