@@ -109,7 +109,7 @@ chaos: deps
 		log=$(CHAOS_DIR)/test-$$(echo $${m#./} | tr / -).log; \
 		(cd $$m && rc=0 && for run in '$(CHAOS_RUN)' '$(CHAOS_RUN_SUB)'; do \
 			OUTBOXER_CHAOS=$(CHAOS_SCALE) OUTBOXER_DISRUPTIVE=1 OUTBOXER_SCOREBOARD=$(CHAOS_DIR)/scores.jsonl \
-			$(GOTEST) -count=1 -timeout 30m -v -run "$$run" ./... || rc=1; done > $$log 2>&1; exit $$rc) || status=1; \
+			$(GOTEST) -count=1 -timeout 120m -v -run "$$run" ./... || rc=1; done > $$log 2>&1; exit $$rc) || status=1; \
 		grep -E '^(--- FAIL|FAIL|ok|panic)|score: ' $$log; \
 	done; \
 	for f in $$(go test -list '^Fuzz' ./core | grep '^Fuzz'); do \
