@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,12 +57,6 @@ func chaosStopHelper() int {
 		return 1
 	}
 	defer db.Close()
-	var outMu sync.Mutex
-	say := func(format string, args ...any) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		fmt.Printf(format+"\n", args...)
-	}
 	relay := &chaosStopRelay{db: db, dialect: dialect, pid: os.Getpid(), delay: delay, say: say, last: map[int]string{}}
 	ob, err := core.New(core.Config{
 		DB: db, Dialect: dialect, LeaseDuration: lease, Logger: testLogger(),
@@ -87,13 +80,7 @@ func chaosStopHelper() int {
 		return 1
 	}
 	say("UP")
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := ob.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
+	return runUntilTerm(ob)
 }
 
 // chaosStopRelay stands for a broker with a round trip of delay, and writes what it

@@ -2,13 +2,18 @@ package dbtest_test
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outboxer-go/outboxer/core"
 )
 
 // child is this test binary run again as a relay process: an init function or TestMain
@@ -136,4 +141,27 @@ func (c *child) stop(t testing.TB) time.Duration {
 func (c *child) kill() {
 	_ = c.cmd.Process.Kill()
 	<-c.done
+}
+
+// The relay process's side.
+
+var sayMu sync.Mutex
+
+// say prints a line for the test that started this relay process, whole even when
+// goroutines print at once.
+func say(format string, args ...any) {
+	sayMu.Lock()
+	defer sayMu.Unlock()
+	fmt.Printf(format+"\n", args...)
+}
+
+// runUntilTerm runs ob until SIGTERM or SIGINT, and returns the relay process's exit code.
+func runUntilTerm(ob *core.Outboxer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := ob.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"slices"
 	"sort"
 	"strconv"
@@ -78,12 +77,6 @@ func nodesHelper() int {
 		return 1
 	}
 	defer db.Close()
-	var outMu sync.Mutex
-	say := func(format string, args ...any) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		fmt.Printf(format+"\n", args...)
-	}
 	relay := &nodeRelay{db: db, dialect: dialect, pid: os.Getpid(), delay: dur("N_DELAY"), say: say, noWrite: os.Getenv("N_NOWRITE") == "true"}
 	if rate := atoi("N_RATE"); rate > 0 {
 		relay.bucket = newTokenBucket(rate)
@@ -127,11 +120,8 @@ func nodesHelper() int {
 		return 1
 	}
 	say("OWNER %s", ob.Owner())
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := ob.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	if code := runUntilTerm(ob); code != 0 {
+		return code
 	}
 	say("STOPPED %d", time.Now().UnixNano())
 	return 0
