@@ -18,16 +18,16 @@ import (
 	"github.com/outboxer-go/outboxer/dbtest"
 )
 
-// startRetrying runs, on db, an instance whose tables were never created, with relay and
+// startRetrying runs ob, an instance on db whose tables were never created, with relay and
 // a logger writing into the Logs it returns. Run's result arrives on done; cancel stops
 // it (the end of the test does too).
-func startRetrying(t *testing.T, db *dbtest.DB, relay core.Relay) (logs *dbtest.Logs, done <-chan error, cancel context.CancelFunc) {
+func startRetrying(t *testing.T, db *dbtest.DB, relay core.Relay) (ob *core.Outboxer, logs *dbtest.Logs, done <-chan error, cancel context.CancelFunc) {
 	t.Helper()
 	logs, logger := dbtest.NewLogs()
-	ob := unmigrated(t, db, logger, relay, nil)
+	ob = unmigrated(t, db, logger, relay, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	return logs, runAsync(ob, ctx), cancel
+	return ob, logs, runAsync(ob, ctx), cancel
 }
 
 // openHandle opens a handle on a database that may refuse, or not be there; the end of
@@ -53,12 +53,8 @@ func runAsync(ob *core.Outboxer, ctx context.Context) <-chan error {
 // delivers once the tables exist; a graceful stop then returns nil.
 func TestRunWaitsForTheMigration(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
-		logs, logger := dbtest.NewLogs()
 		rec := &recorder{}
-		ob := unmigrated(t, db, logger, rec, nil)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		done := runAsync(ob, ctx)
+		ob, logs, done, cancel := startRetrying(t, db, rec)
 		// Four tries: the migration job comes about a second after the relay.
 		eventually(t, 20*time.Second, "four Error lines about the missing table", func() bool {
 			return len(logs.Lines(slog.LevelError, "cannot start; retrying")) >= 4
@@ -112,11 +108,7 @@ func TestRunRetriesAnUnreachableDatabase(t *testing.T) {
 			if d == core.MySQL {
 				driver, dsn = "mysql", "root@tcp(127.0.0.1:"+port+")/test?timeout=2s"
 			}
-			logs, logger := dbtest.NewLogs()
-			ob := unmigrated(t, openHandle(t, driver, dsn), logger, &recorder{}, nil)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := runAsync(ob, ctx)
+			ob, logs, done, cancel := startRetrying(t, openHandle(t, driver, dsn), &recorder{})
 			eventually(t, 20*time.Second, "three Error lines about the unreachable database", func() bool {
 				return len(logs.Lines(slog.LevelError, "cannot start; retrying")) >= 3
 			})
