@@ -161,10 +161,11 @@ func home(n int, ordering Ordering, id int64, key string, part int) int {
 	return int(id % int64(n))
 }
 
-// homes reads (id, group_key, part) rows with q and returns, by target partition, the
-// IDs of those not where they belong among n.
-func (o *Outboxer) homes(ctx context.Context, db Executor, ob *box, n int, q string, args []any) (map[int][]int64, int, error) {
-	moves := map[int][]int64{}
+// homes reads (id, group_key, part) rows with q and returns, by the partition each
+// belongs to among n under ordering, the IDs of those not there (or, with all, of every
+// row), and how many rows it read.
+func homes(ctx context.Context, db Executor, n int, ordering Ordering, all bool, q string, args []any) (map[int][]int64, int, error) {
+	into := map[int][]int64{}
 	read := 0
 	err := queryRows(ctx, db, q, args, func(scan func(...any) error) error {
 		var (
@@ -176,44 +177,43 @@ func (o *Outboxer) homes(ctx context.Context, db Executor, ob *box, n int, q str
 			return err
 		}
 		read++
-		if to := home(n, ob.cfg.Ordering, id, key, part); to != part {
-			moves[to] = append(moves[to], id)
+		if to := home(n, ordering, id, key, part); all || to != part {
+			into[to] = append(into[to], id)
 		}
 		return nil
 	})
-	return moves, read, err
+	return into, read, err
 }
 
 // moveChunk bounds the IDs of one statement that moves or revives messages.
 const moveChunk = 5000
 
-// eachChunk calls f for each target partition, in order, with its IDs in chunks.
-func eachChunk(moves map[int][]int64, f func(part int, ids []int64) error) error {
-	for _, part := range slices.Sorted(maps.Keys(moves)) {
-		for ids := range slices.Chunk(moves[part], moveChunk) {
-			if err := f(part, ids); err != nil {
-				return err
+// execChunks runs, for each target partition in order, the statement stmt makes for its
+// IDs, in chunks, and returns how many rows they changed.
+func execChunks(ctx context.Context, db Executor, into map[int][]int64, stmt func(part int, ids []int64) (string, []any)) (int64, error) {
+	var total int64
+	for _, part := range slices.Sorted(maps.Keys(into)) {
+		for ids := range slices.Chunk(into[part], moveChunk) {
+			q, args := stmt(part, ids)
+			res, err := db.ExecContext(ctx, q, args...)
+			if err != nil {
+				return total, err
 			}
+			k, _ := res.RowsAffected()
+			total += k
 		}
 	}
-	return nil
+	return total, nil
 }
 
 // rehome moves the pending messages q reads that are not where they belong among n.
 func (o *Outboxer) rehome(ctx context.Context, db Executor, ob *box, n int, q string, args []any) (moved int64, read int, err error) {
-	moves, read, err := o.homes(ctx, db, ob, n, q, args)
+	moves, read, err := homes(ctx, db, n, ob.cfg.Ordering, false, q, args)
 	if err != nil {
 		return 0, read, err
 	}
-	err = eachChunk(moves, func(part int, ids []int64) error {
-		q, args := ob.sql.MovePending(ob.name, part, ids)
-		res, err := db.ExecContext(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		k, _ := res.RowsAffected()
-		moved += k
-		return nil
+	moved, err = execChunks(ctx, db, moves, func(part int, ids []int64) (string, []any) {
+		return ob.sql.MovePending(ob.name, part, ids)
 	})
 	return moved, read, err
 }
@@ -277,7 +277,7 @@ func (o *Outboxer) checkPartitions(ctx context.Context, ob *box) error {
 		// No relay ran yet: publishers placed the backlog among their own count, or
 		// another program wrote it without setting part. Moving it would split the groups
 		// of a writer that keeps writing so: say so instead.
-		moves, _, err := o.homes(ctx, o.cfg.DB, ob, n, ob.sql.Placement, []any{ob.name})
+		moves, _, err := homes(ctx, o.cfg.DB, n, ob.cfg.Ordering, false, ob.sql.Placement, []any{ob.name})
 		if err != nil {
 			return fmt.Errorf("outboxer: check the backlog of %q: %w", ob.name, err)
 		}
@@ -317,14 +317,11 @@ func (o *Outboxer) checkPartitions(ctx context.Context, ob *box) error {
 // the lease rows beyond n and creates the missing ones.
 func (o *Outboxer) changePartitions(ctx context.Context, ob *box, known, n int) error {
 	s := ob.sql
-	tx, err := o.cfg.DB.BeginTx(ctx, o.txOptions())
+	tx, err := o.beginLocked(ctx, ob)
 	if err != nil {
 		return fmt.Errorf("outboxer: change partitions of %q: %w", ob.name, err)
 	}
 	defer tx.Rollback()
-	if err := o.lockLeases(ctx, tx, ob); err != nil {
-		return fmt.Errorf("outboxer: change partitions of %q: %w", ob.name, err)
-	}
 	var paused int
 	if err := tx.QueryRowContext(ctx, s.CountLeases, ob.name).Scan(&known); err != nil {
 		return fmt.Errorf("outboxer: change partitions of %q: %w", ob.name, err)
@@ -396,15 +393,21 @@ func (o *Outboxer) inUse(ctx context.Context, tx *sql.Tx, ob *box) (live int, pe
 	return live, pending, err
 }
 
-// lockLeases locks the lease rows of ob in tx (not on SQLite: it has one writer).
-func (o *Outboxer) lockLeases(ctx context.Context, tx *sql.Tx, ob *box) error {
+// beginLocked begins a transaction that holds the lease rows of ob (on SQLite, which has
+// one writer, any transaction does). The caller rolls it back or commits it.
+func (o *Outboxer) beginLocked(ctx context.Context, ob *box) (*sql.Tx, error) {
+	tx, err := o.cfg.DB.BeginTx(ctx, o.txOptions())
+	if err != nil {
+		return nil, err
+	}
 	if o.kind == dialect.SQLite {
-		return nil
+		return tx, nil
 	}
 	if err := queryRows(ctx, tx, ob.sql.LockLeases, []any{ob.name}, func(func(...any) error) error { return nil }); err != nil {
-		return fmt.Errorf("lock leases: %w", err)
+		_ = tx.Rollback()
+		return nil, fmt.Errorf("lock leases: %w", err)
 	}
-	return nil
+	return tx, nil
 }
 
 // checkShape makes the ordering and the notification recorded for ob agree with the
@@ -415,14 +418,11 @@ func (o *Outboxer) lockLeases(ctx context.Context, tx *sql.Tx, ob *box) error {
 // soon as a relay listens, and as unset only by a relay that runs alone.
 func (o *Outboxer) checkShape(ctx context.Context, ob *box) error {
 	s := ob.sql
-	tx, err := o.cfg.DB.BeginTx(ctx, o.txOptions())
+	tx, err := o.beginLocked(ctx, ob)
 	if err != nil {
 		return fmt.Errorf("outboxer: check the shape of %q: %w", ob.name, err)
 	}
 	defer tx.Rollback()
-	if err := o.lockLeases(ctx, tx, ob); err != nil {
-		return fmt.Errorf("outboxer: check the shape of %q: %w", ob.name, err)
-	}
 	var (
 		known int
 		text  sql.NullString
@@ -477,14 +477,11 @@ func (o *Outboxer) checkShape(ctx context.Context, ob *box) error {
 // changing the count either sees them pending or is seen.
 func (o *Outboxer) retryDead(ctx context.Context, ob *box, ids []int64) (int64, error) {
 	s := ob.sql
-	tx, err := o.cfg.DB.BeginTx(ctx, o.txOptions())
+	tx, err := o.beginLocked(ctx, ob)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback()
-	if err := o.lockLeases(ctx, tx, ob); err != nil {
-		return 0, err
-	}
 	var (
 		n    int
 		text sql.NullString
@@ -500,33 +497,12 @@ func (o *Outboxer) retryDead(ctx context.Context, ob *box, ids []int64) (int64, 
 		ordering = sh.ordering
 	}
 	q, args := s.DeadPlacement(ob.name, ids)
-	into := map[int][]int64{}
-	err = queryRows(ctx, tx, q, args, func(scan func(...any) error) error {
-		var (
-			id   int64
-			key  string
-			part int
-		)
-		if err := scan(&id, &key, &part); err != nil {
-			return err
-		}
-		to := home(n, ordering, id, key, part)
-		into[to] = append(into[to], id)
-		return nil
-	})
+	into, _, err := homes(ctx, tx, n, ordering, true, q, args)
 	if err != nil {
 		return 0, err
 	}
-	var total int64
-	err = eachChunk(into, func(part int, ids []int64) error {
-		q, args := s.RetryDeadInto(ob.name, part, ids)
-		res, err := tx.ExecContext(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		k, _ := res.RowsAffected()
-		total += k
-		return nil
+	total, err := execChunks(ctx, tx, into, func(part int, ids []int64) (string, []any) {
+		return s.RetryDeadInto(ob.name, part, ids)
 	})
 	if err != nil {
 		return 0, err

@@ -93,3 +93,69 @@ func TestFailureRecordedOnceAfterACommitInDoubt(t *testing.T) {
 		t.Fatalf("pending %+v (commit in doubt still armed: %v), want %d with 1 attempt", pending, dc.armed.Load(), env.ID)
 	}
 }
+
+// queryHookConnector hands out connections that call before with each query's text and
+// context before the query reaches the database: a test can stop a statement of the
+// engine on its way, or see that it was sent.
+type queryHookConnector struct {
+	inner  driver.Driver
+	dsn    string
+	before func(ctx context.Context, query string)
+}
+
+// hookedDB is db seen through a queryHookConnector calling before.
+func hookedDB(t testing.TB, db *dbtest.DB, before func(ctx context.Context, query string)) *dbtest.DB {
+	t.Helper()
+	h := *db
+	h.DB = sql.OpenDB(&queryHookConnector{inner: db.DB.Driver(), dsn: db.DSN, before: before})
+	t.Cleanup(func() { h.DB.Close() })
+	return &h
+}
+
+func (c *queryHookConnector) Connect(context.Context) (driver.Conn, error) {
+	conn, err := c.inner.Open(c.dsn)
+	if err != nil {
+		return nil, err
+	}
+	return queryHookConn{conn, c.before}, nil
+}
+
+func (c *queryHookConnector) Driver() driver.Driver { return c.inner }
+
+// queryHookConn passes everything on to the driver's connection (the drivers the tests
+// use have every method below but CheckNamedValue, which SQLite's lacks).
+type queryHookConn struct {
+	driver.Conn
+	before func(ctx context.Context, query string)
+}
+
+func (c queryHookConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	c.before(ctx, query)
+	return c.Conn.(driver.QueryerContext).QueryContext(ctx, query, args)
+}
+
+func (c queryHookConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	return c.Conn.(driver.ExecerContext).ExecContext(ctx, query, args)
+}
+
+func (c queryHookConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+}
+
+func (c queryHookConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	return c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, query)
+}
+
+func (c queryHookConn) ResetSession(ctx context.Context) error {
+	if r, ok := c.Conn.(driver.SessionResetter); ok {
+		return r.ResetSession(ctx)
+	}
+	return nil
+}
+
+func (c queryHookConn) CheckNamedValue(v *driver.NamedValue) error {
+	if ch, ok := c.Conn.(driver.NamedValueChecker); ok {
+		return ch.CheckNamedValue(v)
+	}
+	return driver.ErrSkip
+}

@@ -77,7 +77,7 @@ func crashMidBatch(t *testing.T, db *dbtest.DB) {
 		recovery time.Duration // worst: from a death to the next process's first delivery
 		ks       []string
 	)
-	firstAfter := func(p *proc) {
+	firstAfter := func(p *child) {
 		p.waitLine(t, "FIRST", 60*time.Second)
 		if len(kills) > 0 {
 			recovery = max(recovery, time.Since(kills[len(kills)-1].died))
@@ -284,10 +284,11 @@ func parseCrashKill(t *testing.T, line string) crashKill {
 }
 
 // crashWaitKilled waits for the process to end and checks that SIGKILL ended it.
-func crashWaitKilled(t *testing.T, p *proc) {
+func crashWaitKilled(t *testing.T, p *child) {
 	t.Helper()
 	select {
-	case err := <-p.done:
+	case <-p.done:
+		err := p.err
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) {
 			t.Fatalf("relay process ended with %v, want SIGKILL", err)

@@ -10,14 +10,11 @@ package dbtest_test
 // OUTBOXER_CHAOS_STOP_HELPER is set, before TestMain runs.
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,12 +57,6 @@ func chaosStopHelper() int {
 		return 1
 	}
 	defer db.Close()
-	var outMu sync.Mutex
-	say := func(format string, args ...any) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		fmt.Printf(format+"\n", args...)
-	}
 	relay := &chaosStopRelay{db: db, dialect: dialect, pid: os.Getpid(), delay: delay, say: say, last: map[int]string{}}
 	ob, err := core.New(core.Config{
 		DB: db, Dialect: dialect, LeaseDuration: lease, Logger: testLogger(),
@@ -89,13 +80,7 @@ func chaosStopHelper() int {
 		return 1
 	}
 	say("UP")
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := ob.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
+	return runUntilTerm(ob)
 }
 
 // chaosStopRelay stands for a broker with a round trip of delay, and writes what it
@@ -180,17 +165,14 @@ func (r *chaosStopRelay) Deliver(ctx context.Context, batch []core.Envelope) err
 
 // chaosProc is a running relay process of this scenario.
 type chaosProc struct {
-	cmd    *exec.Cmd
-	pid    int
-	up     chan struct{}
-	done   chan error
+	*child
 	fenced atomic.Int64
 	// armed: freeze the process (SIGSTOP) at the start of its next delivery, and send
 	// that delivery's partition and IDs on frozen.
 	armed  atomic.Bool
 	frozen chan chaosInflight
 
-	mu          sync.Mutex
+	seenMu      sync.Mutex
 	began       []chaosInflight // every delivery it began, in order
 	unconfirmed map[int64]int   // ID → deliveries of it that were not confirmed (or unsure)
 }
@@ -215,8 +197,8 @@ func chaosIDs(s string) []int64 {
 
 // begunBefore reports whether the process had begun a delivery of id before t.
 func (p *chaosProc) begunBefore(id int64, t time.Time) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.seenMu.Lock()
+	defer p.seenMu.Unlock()
 	for _, b := range p.began {
 		if b.began.Before(t) && slices.Contains(b.ids, id) {
 			return true
@@ -227,8 +209,8 @@ func (p *chaosProc) begunBefore(id int64, t time.Time) bool {
 
 // takeUnconfirmed uses up one unconfirmed delivery of id by the process, if it has one.
 func (p *chaosProc) takeUnconfirmed(id int64) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.seenMu.Lock()
+	defer p.seenMu.Unlock()
 	if p.unconfirmed[id] == 0 {
 		return false
 	}
@@ -238,87 +220,46 @@ func (p *chaosProc) takeUnconfirmed(id int64) bool {
 
 func chaosStartRelay(t *testing.T, db *dbtest.DB, lease, delay time.Duration) *chaosProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), chaosStopEnv+"=1",
+	env := append(os.Environ(), chaosStopEnv+"=1",
 		"CS_DRIVER="+db.Driver, "CS_DSN="+db.DSN, "CS_DIALECT="+string(db.Dialect),
 		"CS_LEASE="+lease.String(), "CS_DELAY="+delay.String())
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &chaosProc{cmd: cmd, pid: cmd.Process.Pid, up: make(chan struct{}), done: make(chan error, 1),
-		frozen: make(chan chaosInflight, 1), unconfirmed: map[int64]int{}}
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "UP":
-				close(p.up)
-			case strings.HasPrefix(line, "FENCED "):
-				p.fenced.Add(1)
-			case strings.HasPrefix(line, "UNSURE "), strings.HasPrefix(line, "UNCONFIRMED "):
-				if f := strings.Fields(line); len(f) == 3 {
-					p.mu.Lock()
-					for _, id := range chaosIDs(f[2]) {
-						p.unconfirmed[id]++
-					}
-					p.mu.Unlock()
-				}
-			case strings.HasPrefix(line, "INFLIGHT "):
-				freeze := p.armed.CompareAndSwap(true, false)
-				if freeze {
-					_ = p.cmd.Process.Signal(syscall.SIGSTOP)
-				}
-				f := strings.Fields(line)
-				in := chaosInflight{at: time.Now()}
-				ns, _ := strconv.ParseInt(f[1], 10, 64)
-				in.began = time.Unix(0, ns)
-				in.part, _ = strconv.Atoi(f[2])
-				in.ids = chaosIDs(f[3])
-				p.mu.Lock()
-				p.began = append(p.began, in)
-				p.mu.Unlock()
-				if freeze {
-					p.frozen <- in
-				}
-			}
-		}
-		p.done <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	select {
-	case <-p.up:
-	case err := <-p.done:
-		t.Fatalf("relay process ended before starting: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("relay process did not start within 30s")
-	}
+	p := &chaosProc{frozen: make(chan chaosInflight, 1), unconfirmed: map[int64]int{}}
+	p.child = startChild(t, env, p.read)
+	p.waitLine(t, "UP", 30*time.Second)
 	return p
 }
 
-// stop ends the process gracefully and checks that it exits cleanly.
-func (p *chaosProc) stop(t *testing.T) {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Errorf("relay process %d exited with %v", p.pid, err)
+// read takes in a line the process printed.
+func (p *chaosProc) read(line string) {
+	switch {
+	case strings.HasPrefix(line, "FENCED "):
+		p.fenced.Add(1)
+	case strings.HasPrefix(line, "UNSURE "), strings.HasPrefix(line, "UNCONFIRMED "):
+		if f := strings.Fields(line); len(f) == 3 {
+			p.seenMu.Lock()
+			for _, id := range chaosIDs(f[2]) {
+				p.unconfirmed[id]++
+			}
+			p.seenMu.Unlock()
 		}
-	case <-time.After(30 * time.Second):
-		t.Errorf("relay process %d did not stop within 30s of SIGTERM", p.pid)
+	case strings.HasPrefix(line, "INFLIGHT "):
+		// Armed only after the start (p.child is set by then).
+		freeze := p.armed.CompareAndSwap(true, false)
+		if freeze {
+			_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		}
+		f := strings.Fields(line)
+		in := chaosInflight{at: time.Now()}
+		ns, _ := strconv.ParseInt(f[1], 10, 64)
+		in.began = time.Unix(0, ns)
+		in.part, _ = strconv.Atoi(f[2])
+		in.ids = chaosIDs(f[3])
+		p.seenMu.Lock()
+		p.began = append(p.began, in)
+		p.seenMu.Unlock()
+		if freeze {
+			p.frozen <- in
+		}
 	}
 }
 
@@ -382,7 +323,7 @@ func chaosStopped(t *testing.T, db *dbtest.DB, relays int) {
 	eventually(t, 30*time.Second, "the first relay holding every partition", func() bool {
 		n := 0
 		for _, l := range chaosLeases(t, db) {
-			if l.ownedBy(procs[0].pid) {
+			if l.ownedBy(procs[0].pid()) {
 				n++
 			}
 		}
@@ -464,7 +405,7 @@ func chaosStopped(t *testing.T, db *dbtest.DB, relays int) {
 		for _, p := range procs {
 			n := 0
 			for _, l := range before {
-				if l.ownedBy(p.pid) {
+				if l.ownedBy(p.pid()) {
 					n++
 				}
 			}
@@ -481,7 +422,7 @@ func chaosStopped(t *testing.T, db *dbtest.DB, relays int) {
 		select {
 		case in = <-victim.frozen:
 		case <-time.After(30 * time.Second):
-			t.Fatalf("round %d: process %d delivered nothing within 30s", round, victim.pid)
+			t.Fatalf("round %d: process %d delivered nothing within 30s", round, victim.pid())
 		}
 		for _, id := range in.ids {
 			inflight[id] = true
@@ -489,17 +430,17 @@ func chaosStopped(t *testing.T, db *dbtest.DB, relays int) {
 		// Another process takes the frozen delivery's partition and delivers its batch.
 		eventually(t, 30*time.Second, "the frozen partition taken over", func() bool {
 			l := chaosLeases(t, db)[in.part]
-			return !l.ownedBy(victim.pid) && l.owner != "" && l.token > before[in.part].token
+			return !l.ownedBy(victim.pid()) && l.owner != "" && l.token > before[in.part].token
 		})
 		eventually(t, 30*time.Second, "the frozen batch delivered by another process", func() bool {
-			return deliveredBy(in.ids, victim.pid) == len(in.ids)
+			return deliveredBy(in.ids, victim.pid()) == len(in.ids)
 		})
 		worstRecover = max(worstRecover, time.Since(in.at))
 		// Its other partitions, unless the freeze caught it inside a confirming
 		// transaction, which keeps their lease row locked until it resumes.
 		mine := []int{}
 		for p, l := range before {
-			if l.ownedBy(victim.pid) {
+			if l.ownedBy(victim.pid()) {
 				mine = append(mine, p)
 			}
 		}
@@ -508,7 +449,7 @@ func chaosStopped(t *testing.T, db *dbtest.DB, relays int) {
 			now := chaosLeases(t, db)
 			waiting := 0
 			for _, p := range mine {
-				if now[p].ownedBy(victim.pid) {
+				if now[p].ownedBy(victim.pid()) {
 					waiting++
 				}
 			}
@@ -530,7 +471,7 @@ func chaosStopped(t *testing.T, db *dbtest.DB, relays int) {
 		})
 		fenced += victim.fenced.Load() - fencedBefore
 		after := chaosLeases(t, db)
-		if l := after[in.part]; l.ownedBy(victim.pid) {
+		if l := after[in.part]; l.ownedBy(victim.pid()) {
 			t.Errorf("round %d: partition %d back with the frozen process (token %d)", round, in.part, l.token)
 		}
 		// Whatever it wrote after resuming can only come from deliveries it had begun
@@ -538,7 +479,7 @@ func chaosStopped(t *testing.T, db *dbtest.DB, relays int) {
 		// under way (a freeze between the relay's deadline check and its write, which no
 		// relay can rule out). Its lines up to FENCED, printed after the resume, are read,
 		// so every delivery it began before the freeze is known.
-		rows, err := db.QueryContext(ctx, chaosQ(db, `SELECT seq, msg_id FROM chaos_deliveries WHERE pid = ? AND seq > ?`), victim.pid, mark)
+		rows, err := db.QueryContext(ctx, chaosQ(db, `SELECT seq, msg_id FROM chaos_deliveries WHERE pid = ? AND seq > ?`), victim.pid(), mark)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -624,7 +565,7 @@ func chaosStopped(t *testing.T, db *dbtest.DB, relays int) {
 	// is a resumed process's write of a delivery it had begun before its freeze.
 	byPid := map[int]*chaosProc{}
 	for _, p := range procs {
-		byPid[p.pid] = p
+		byPid[p.pid()] = p
 	}
 	unconfirmedRepeats := 0
 	for id, h := range history {

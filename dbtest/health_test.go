@@ -295,7 +295,6 @@ func TestHealthKilledNode(t *testing.T) {
 		}
 
 		node.kill()
-		<-node.done
 		eventually(t, 20*time.Second, "the killed relay's leases to run out", func() bool {
 			h = health(t, ob)
 			return len(h.Unowned) == 2

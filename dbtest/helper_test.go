@@ -5,13 +5,11 @@ package dbtest_test
 // process when OUTBOXER_TEST_HELPER is set (see TestMain).
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -275,85 +273,10 @@ func relayTables(t *testing.T, db *dbtest.DB) {
 	}
 }
 
-// proc is a running relay process.
-type proc struct {
-	cmd   *exec.Cmd
-	lines chan string
-	done  chan error
-}
-
-func startRelay(t *testing.T, cfg helperConfig) *proc {
+// startRelay starts a relay process (runHelper) with cfg.
+func startRelay(t *testing.T, cfg helperConfig) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = cfg.env()
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, lines: make(chan string, 16), done: make(chan error, 1)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-		p.done <- cmd.Wait()
-	}()
-	t.Cleanup(func() { p.kill() })
-	return p
-}
-
-// waitLine waits for a line starting with prefix.
-func (p *proc) waitLine(t *testing.T, prefix string, within time.Duration) string {
-	t.Helper()
-	timeout := time.After(within)
-	for {
-		select {
-		case l, ok := <-p.lines:
-			if !ok {
-				select {
-				case err := <-p.done:
-					t.Fatalf("relay process ended (%v) before printing %q", err, prefix)
-				case <-time.After(5 * time.Second):
-					t.Fatalf("relay process closed its output before printing %q", prefix)
-				}
-			}
-			if strings.HasPrefix(l, prefix) {
-				return l
-			}
-		case <-timeout:
-			t.Fatalf("relay process did not print %q within %v", prefix, within)
-		}
-	}
-}
-
-// stop ends the process gracefully and checks it exits cleanly.
-func (p *proc) stop(t *testing.T) {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	go func() {
-		for range p.lines {
-		}
-	}()
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Errorf("relay process exited with %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Errorf("relay process did not stop within 30s of SIGTERM")
-	}
-}
-
-func (p *proc) kill() {
-	if p.cmd.ProcessState == nil {
-		_ = p.cmd.Process.Kill()
-	}
+	return startChild(t, cfg.env(), nil)
 }
 
 type delivery struct {
@@ -507,10 +430,7 @@ func TestRelayKilledMidBatch(t *testing.T) {
 		cfg.Partitions, cfg.CrashAfter = 1, 4
 		victim := startRelay(t, cfg)
 		line := victim.waitLine(t, "CRASH ", 60*time.Second)
-		if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		<-victim.done
+		victim.kill()
 		inFlight := map[int64]bool{}
 		for _, s := range strings.Split(strings.TrimPrefix(line, "CRASH "), ",") {
 			id, _ := strconv.ParseInt(s, 10, 64)

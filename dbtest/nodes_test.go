@@ -9,20 +9,16 @@ package dbtest_test
 // test can tell when a partition stopped at one node and started at the next.
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -81,12 +77,6 @@ func nodesHelper() int {
 		return 1
 	}
 	defer db.Close()
-	var outMu sync.Mutex
-	say := func(format string, args ...any) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		fmt.Printf(format+"\n", args...)
-	}
 	relay := &nodeRelay{db: db, dialect: dialect, pid: os.Getpid(), delay: dur("N_DELAY"), say: say, noWrite: os.Getenv("N_NOWRITE") == "true"}
 	if rate := atoi("N_RATE"); rate > 0 {
 		relay.bucket = newTokenBucket(rate)
@@ -130,11 +120,8 @@ func nodesHelper() int {
 		return 1
 	}
 	say("OWNER %s", ob.Owner())
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := ob.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	if code := runUntilTerm(ob); code != 0 {
+		return code
 	}
 	say("STOPPED %d", time.Now().UnixNano())
 	return 0
@@ -229,87 +216,18 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// nodeProc is a running relay process; it keeps every line it printed.
+// nodeProc is a running relay process.
 type nodeProc struct {
-	cmd     *exec.Cmd
-	started time.Time
-	owner   string
-	mu      sync.Mutex
-	lines   []string
-	done    chan error
-	exited  atomic.Bool
+	*child
+	owner string
 }
 
 func startNode(t testing.TB, cfg nodesConfig) *nodeProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = cfg.env()
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &nodeProc{cmd: cmd, done: make(chan error, 1), started: time.Now()}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	owner := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			l := sc.Text()
-			if o, ok := strings.CutPrefix(l, "OWNER "); ok {
-				owner <- o
-			}
-			p.mu.Lock()
-			p.lines = append(p.lines, l)
-			p.mu.Unlock()
-		}
-		err := cmd.Wait()
-		p.exited.Store(true)
-		p.done <- err
-	}()
-	t.Cleanup(func() {
-		if !p.exited.Load() {
-			_ = cmd.Process.Signal(syscall.SIGCONT)
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	select {
-	case p.owner = <-owner:
-	case err := <-p.done:
-		t.Fatalf("relay process ended before it started: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("relay process did not start within 30s")
-	}
+	p := &nodeProc{child: startChild(t, cfg.env(), nil)}
+	p.owner = strings.TrimPrefix(p.waitLine(t, "OWNER ", 30*time.Second), "OWNER ")
 	return p
 }
-
-// stop ends the process with SIGTERM and returns how long it took to exit.
-func (p *nodeProc) stop(t testing.TB) time.Duration {
-	t.Helper()
-	began := time.Now()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Errorf("relay process exited with %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("relay process did not stop within 60s of SIGTERM")
-	}
-	return time.Since(began)
-}
-
-func (p *nodeProc) kill(t testing.TB) {
-	t.Helper()
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
-func (p *nodeProc) pid() int { return p.cmd.Process.Pid }
 
 // unconfirmed returns, per (pid, partition), the ID ranges of the batches the relay wrote
 // and the engine did not confirm: a batch whose confirmation failed, and for a process that
@@ -713,7 +631,7 @@ func relayNodes(t *testing.T, db *dbtest.DB, notify bool) {
 
 	// Killed: its partitions are taken over once its lease and heartbeat run out.
 	killed := time.Now()
-	c.kill(t)
+	c.kill()
 	takeover := waitBalanced(t, ob, []*nodeProc{a, b}, []int{6, 6}, killed, bound)
 	t.Logf("the third killed: 6/6 %v after SIGKILL (lease %v)", takeover.Round(time.Millisecond), lease)
 	if takeover > 3*lease {

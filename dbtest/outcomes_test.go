@@ -310,18 +310,39 @@ func TestIdleWorkerKeepsItsLease(t *testing.T) {
 	})
 }
 
-// Issue 16, finding 7b, the fetch half: a busy worker that read its paused flag just
-// before Pause and fetched just after it returned must not deliver what it fetched;
-// messages published after Pause returned wait for Resume. (Seen on SQLite under -race:
-// 40 messages published right after Pause went out.)
+// Issue 16, finding 7b, the fetch half: a worker that read its paused flag just before
+// Pause and fetched just after it returned must not deliver what it fetched; messages
+// published after Pause returned wait for Resume. (Seen on SQLite under -race: 40
+// messages published right after Pause went out.) The worker's fetch is stopped on its
+// way to the database, past the worker's look at the flag, while Pause returns and the
+// late messages commit.
 func TestPauseHoldsWhatIsPublishedAfterIt(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
+		var (
+			stall       atomic.Bool // stop the next fetch until release
+			released    atomic.Bool
+			leaseReads  atomic.Int32 // the worker's reads of its lease and paused flag after the release
+			reached     = make(chan struct{})
+			release     = make(chan struct{})
+			releaseOnce = sync.OnceFunc(func() { released.Store(true); close(release) })
+		)
+		hooked := hookedDB(t, db, func(ctx context.Context, q string) {
+			switch {
+			case strings.HasPrefix(q, "SELECT id, type, group_key, payload") && stall.CompareAndSwap(true, false):
+				close(reached)
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			case strings.HasPrefix(q, "SELECT token, paused FROM") && released.Load():
+				leaseReads.Add(1)
+			}
+		})
 		var resumed atomic.Bool
-		var early atomic.Int32 // messages published after Pause and delivered before Resume
-		var late atomic.Int32
-		var delivered atomic.Int32
+		var early, late, delivered atomic.Int32 // early, late: the late messages delivered before Resume, in all
 		relay := core.RelayFunc(func(ctx context.Context, batch []core.Envelope) error {
+			delivered.Add(int32(len(batch)))
 			for _, e := range batch {
 				if e.GroupKey == "late" {
 					late.Add(1)
@@ -330,25 +351,29 @@ func TestPauseHoldsWhatIsPublishedAfterIt(t *testing.T) {
 					}
 				}
 			}
-			delivered.Add(int32(len(batch)))
 			return nil
 		})
-		ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {
-			Relay: relay, BatchSize: 5, PollInterval: 10 * time.Millisecond}}})
-		msgs := make([]core.Message, 3000)
-		for i := range msgs {
-			msgs[i] = event{Seq: i, Group: fmt.Sprint("g", i%7)}
-		}
-		publish(t, ob, db.DB, msgs...)
+		ob := setup(t, hooked, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {
+			Relay: relay, PollInterval: 10 * time.Millisecond}}})
 		run(t, ob)
-		eventually(t, 20*time.Second, "the worker busy", func() bool { return delivered.Load() > 50 })
+		t.Cleanup(releaseOnce) // before Run stops
+		publish(t, ob, db.DB, event{Seq: 1, Group: "g"})
+		eventually(t, 20*time.Second, "the first message delivered", func() bool { return delivered.Load() == 1 })
+		stall.Store(true)
+		select {
+		case <-reached:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the worker did not fetch within 30s (the fetch's text changed?)")
+		}
 		if err := ob.Pause(ctx, "orders"); err != nil {
 			t.Fatal(err)
 		}
 		for i := range 40 {
 			publish(t, ob, db.DB, event{Seq: 10000 + i, Group: "late"})
 		}
-		time.Sleep(500 * time.Millisecond)
+		releaseOnce()
+		// The worker's next step reads the flag: by then the fetched batch went out or not.
+		eventually(t, 20*time.Second, "the worker to read its paused flag", func() bool { return leaseReads.Load() > 0 })
 		if n := early.Load(); n != 0 {
 			t.Fatalf("%d messages published after Pause returned were delivered before Resume", n)
 		}

@@ -85,11 +85,7 @@ func TestAttackStartUpStoppedWithACause(t *testing.T) {
 // back well before that), and makes no further try.
 func TestAttackStartUpCancelledDuringTheBackoff(t *testing.T) {
 	db := dbtest.SQLite(t)
-	logs, logger := dbtest.NewLogs()
-	ob := unmigrated(t, db, logger, &recorder{}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := runAsync(ob, ctx)
+	_, logs, done, cancel := startRetrying(t, db, &recorder{})
 	var wait time.Duration
 	eventually(t, 30*time.Second, "a retry announced 1.6 s or more ahead", func() bool {
 		lines := logs.Lines(slog.LevelError, "cannot start; retrying")
@@ -192,16 +188,7 @@ func TestAttackStartUpWrongCredentials(t *testing.T) {
 		{"postgres-database", "pgx", "postgres://postgres@127.0.0.1:5432/no_such_db_outboxer?sslmode=disable", "no_such_db_outboxer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db, err := sql.Open(tc.driver, tc.dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			logs, logger := dbtest.NewLogs()
-			ob := unmigrated(t, &dbtest.DB{DB: db}, logger, &recorder{}, nil)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := runAsync(ob, ctx)
+			_, logs, done, cancel := startRetrying(t, openHandle(t, tc.driver, tc.dsn), &recorder{})
 			eventually(t, 20*time.Second, "three start-up retries", func() bool {
 				return len(logs.Lines(slog.LevelError, "cannot start; retrying")) >= 3
 			})
@@ -222,12 +209,9 @@ func TestAttackStartUpWrongCredentials(t *testing.T) {
 // ErrAlreadyRunning at once, and the first goes on to start and deliver.
 func TestAttackStartUpRunTwiceWhileRetrying(t *testing.T) {
 	db := dbtest.SQLite(t)
-	logs, logger := dbtest.NewLogs()
 	rec := &recorder{}
-	ob := unmigrated(t, db, logger, rec, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := runAsync(ob, ctx)
+	ob, logs, done, cancel := startRetrying(t, db, rec)
+	ctx := context.Background()
 	eventually(t, 20*time.Second, "a start-up retry", func() bool {
 		return len(logs.Lines(slog.LevelError, "cannot start; retrying")) >= 1
 	})
@@ -367,17 +351,13 @@ func TestAttackStartUpPublishOnlyAndManual(t *testing.T) {
 // Several instances in one process retrying at once: each logs its own lines, named,
 // and each stops on its own ctx.
 func TestAttackStartUpSeveralInstancesRetrying(t *testing.T) {
-	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:"+closedPort(t)+"/test?sslmode=disable&connect_timeout=2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openHandle(t, "pgx", "postgres://postgres@127.0.0.1:"+closedPort(t)+"/test?sslmode=disable&connect_timeout=2")
 	logs, logger := dbtest.NewLogs()
 	const n = 4
 	var dones []<-chan error
 	var cancels []context.CancelFunc
 	for i := range n {
-		ob := unmigrated(t, &dbtest.DB{DB: db}, logger, &recorder{}, func(c *core.Config) { c.Name = "node" + strconv.Itoa(i) })
+		ob := unmigrated(t, db, logger, &recorder{}, func(c *core.Config) { c.Name = "node" + strconv.Itoa(i) })
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		cancels = append(cancels, cancel)
@@ -422,16 +402,7 @@ func TestAttackStartUpSeveralInstancesRetrying(t *testing.T) {
 // first 3.5 s (50+100+200+400+800+1600 ms is the least the jittered waits can add up
 // to), the announced waits never more than 30 s.
 func TestAttackStartUpLogVolume(t *testing.T) {
-	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:"+closedPort(t)+"/test?sslmode=disable&connect_timeout=2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	logs, logger := dbtest.NewLogs()
-	ob := unmigrated(t, &dbtest.DB{DB: db}, logger, &recorder{}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := runAsync(ob, ctx)
+	_, logs, done, cancel := startRetrying(t, openHandle(t, "pgx", "postgres://postgres@127.0.0.1:"+closedPort(t)+"/test?sslmode=disable&connect_timeout=2"), &recorder{})
 	eventually(t, 20*time.Second, "the first retry", func() bool {
 		return len(logs.Lines(slog.LevelError, "cannot start; retrying")) >= 1
 	})

@@ -18,6 +18,30 @@ import (
 	"github.com/outboxer-go/outboxer/dbtest"
 )
 
+// startRetrying runs ob, an instance on db whose tables were never created, with relay and
+// a logger writing into the Logs it returns. Run's result arrives on done; cancel stops
+// it (the end of the test does too).
+func startRetrying(t *testing.T, db *dbtest.DB, relay core.Relay) (ob *core.Outboxer, logs *dbtest.Logs, done <-chan error, cancel context.CancelFunc) {
+	t.Helper()
+	logs, logger := dbtest.NewLogs()
+	ob = unmigrated(t, db, logger, relay, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ob, logs, runAsync(ob, ctx), cancel
+}
+
+// openHandle opens a handle on a database that may refuse, or not be there; the end of
+// the test closes it.
+func openHandle(t *testing.T, driver, dsn string) *dbtest.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return &dbtest.DB{DB: db}
+}
+
 // runAsync starts ob.Run(ctx) and returns the channel its result arrives on.
 func runAsync(ob *core.Outboxer, ctx context.Context) <-chan error {
 	done := make(chan error, 1)
@@ -29,16 +53,8 @@ func runAsync(ob *core.Outboxer, ctx context.Context) <-chan error {
 // delivers once the tables exist; a graceful stop then returns nil.
 func TestRunWaitsForTheMigration(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
-		logs, logger := dbtest.NewLogs()
 		rec := &recorder{}
-		ob, err := core.New(core.Config{DB: db.DB, Logger: logger, Outboxes: map[string]core.OutboxConfig{"orders": {
-			Relay: rec, PollInterval: 10 * time.Millisecond}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		done := runAsync(ob, ctx)
+		ob, logs, done, cancel := startRetrying(t, db, rec)
 		// Four tries: the migration job comes about a second after the relay.
 		eventually(t, 20*time.Second, "four Error lines about the missing table", func() bool {
 			return len(logs.Lines(slog.LevelError, "cannot start; retrying")) >= 4
@@ -92,19 +108,7 @@ func TestRunRetriesAnUnreachableDatabase(t *testing.T) {
 			if d == core.MySQL {
 				driver, dsn = "mysql", "root@tcp(127.0.0.1:"+port+")/test?timeout=2s"
 			}
-			db, err := sql.Open(driver, dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			logs, logger := dbtest.NewLogs()
-			ob, err := core.New(core.Config{DB: db, Logger: logger, Outboxes: map[string]core.OutboxConfig{"orders": {Relay: &recorder{}}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := runAsync(ob, ctx)
+			ob, logs, done, cancel := startRetrying(t, openHandle(t, driver, dsn), &recorder{})
 			eventually(t, 20*time.Second, "three Error lines about the unreachable database", func() bool {
 				return len(logs.Lines(slog.LevelError, "cannot start; retrying")) >= 3
 			})
@@ -114,7 +118,7 @@ func TestRunRetriesAnUnreachableDatabase(t *testing.T) {
 			default:
 			}
 			cancel()
-			err = <-done
+			err := <-done
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("Run after cancel: %v, want an error matching context.Canceled", err)
 			}

@@ -270,11 +270,7 @@ func (in *Inbox) Claim(ctx context.Context, exec core.Executor, consumer string,
 			return 0, err
 		}
 	}
-	res, err := exec.ExecContext(ctx, in.sql.claim, consumer, m.Key)
-	if err != nil {
-		return 0, fmt.Errorf("inbox: claim %q for %q: %w", m.Key, consumer, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
+	if n, err := execCount(ctx, exec, in.sql.claim, consumer, m.Key); err != nil {
 		return 0, fmt.Errorf("inbox: claim %q for %q: %w", m.Key, consumer, err)
 	} else if n == 0 {
 		return Duplicate, nil
@@ -289,20 +285,12 @@ func (in *Inbox) Claim(ctx context.Context, exec core.Executor, consumer string,
 	// can find no row. The second round inserts the mark then; a mark inserted since
 	// by another consumer is new, so the pruner cannot take it again.
 	for round := 0; ; round++ {
-		res, err = exec.ExecContext(ctx, in.sql.claimGroup, consumer, m.Group, m.Seq)
-		if err != nil {
-			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
+		if n, err := execCount(ctx, exec, in.sql.claimGroup, consumer, m.Group, m.Seq); err != nil {
 			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
 		} else if n == 1 {
 			return Claimed, nil
 		}
-		res, err = exec.ExecContext(ctx, in.sql.raiseGroup, m.Seq, consumer, m.Group, m.Seq)
-		if err != nil {
-			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
+		if n, err := execCount(ctx, exec, in.sql.raiseGroup, m.Seq, consumer, m.Group, m.Seq); err != nil {
 			return 0, fmt.Errorf("inbox: group mark of %q for %q: %w", m.Group, consumer, err)
 		} else if n == 1 {
 			return Claimed, nil
@@ -311,6 +299,15 @@ func (in *Inbox) Claim(ctx context.Context, exec core.Executor, consumer string,
 			return Stale, nil
 		}
 	}
+}
+
+// execCount runs q and returns how many rows it changed.
+func execCount(ctx context.Context, exec core.Executor, q string, args ...any) (int64, error) {
+	res, err := exec.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // checkTx refuses the executors known not to be transactions.
@@ -461,11 +458,7 @@ func errorChain(err error) []error {
 // within it, and returns how many records it deleted.
 func (in *Inbox) Prune(ctx context.Context) (int64, error) {
 	w := in.cfg.Window.Microseconds()
-	res, err := in.cfg.DB.ExecContext(ctx, in.sql.pruneRecords, w)
-	if err != nil {
-		return 0, fmt.Errorf("inbox: prune: %w", err)
-	}
-	n, err := res.RowsAffected()
+	n, err := execCount(ctx, in.cfg.DB, in.sql.pruneRecords, w)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: prune: %w", err)
 	}

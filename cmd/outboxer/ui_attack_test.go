@@ -1,17 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"encoding/base64"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/outboxer-go/outboxer/dbtest"
 )
@@ -99,43 +93,11 @@ func TestAttackUIListen(t *testing.T) {
 			{"localhost:0", "", false},
 			{"[::1]:0", "", false},
 		} {
-			lines := startUILines(t, c.auth, "--dsn", s.dsn, "--listen", c.listen)
+			_, lines := startUI(t, []string{"OUTBOXER_UI_BASIC_AUTH=" + c.auth}, "--dsn", s.dsn, "--listen", c.listen)
 			warned := strings.Contains(lines, "warning: serving on")
 			if warned != c.warn {
 				t.Errorf("--listen %s, auth %q: warned=%v, want %v\n%s", c.listen, c.auth, warned, c.warn, lines)
 			}
 		}
 	})
-}
-
-// startUILines starts outboxer ui and returns what it wrote to stderr up to the line
-// saying where it serves; it is interrupted at the end of the test.
-func startUILines(t *testing.T, auth string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	cmd := exec.CommandContext(ctx, binary, append([]string{"ui"}, args...)...)
-	cmd.Env = append(os.Environ(), "OUTBOXER_UI_BASIC_AUTH="+auth)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		defer cancel()
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-	})
-	var out strings.Builder
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-		if servingRE.MatchString(sc.Text()) {
-			go io.Copy(io.Discard, stderr)
-			return out.String()
-		}
-	}
-	t.Fatalf("outboxer ui did not say where it serves:\n%s", out.String())
-	return ""
 }

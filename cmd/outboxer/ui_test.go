@@ -18,9 +18,10 @@ import (
 
 var servingRE = regexp.MustCompile(`serving the .* on (http://\S+/)`)
 
-// startUI runs outboxer ui with args and returns its URL; the process is interrupted at
-// the end of the test, and must then exit 0.
-func startUI(t *testing.T, env []string, args ...string) string {
+// startUI runs outboxer ui with args (on 127.0.0.1:0 unless they name another --listen)
+// and returns its URL and what it wrote to stderr up to the line saying so; the process is
+// interrupted at the end of the test, and must then exit 0.
+func startUI(t *testing.T, env []string, args ...string) (url, said string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	cmd := exec.CommandContext(ctx, binary, append([]string{"ui", "--listen", "127.0.0.1:0"}, args...)...)
@@ -39,21 +40,23 @@ func startUI(t *testing.T, env []string, args ...string) string {
 			t.Errorf("outboxer ui did not stop cleanly on an interrupt: %v", err)
 		}
 	})
+	var out strings.Builder
 	lines := bufio.NewScanner(stderr)
 	for lines.Scan() {
+		out.WriteString(lines.Text() + "\n")
 		if m := servingRE.FindStringSubmatch(lines.Text()); m != nil {
 			go io.Copy(io.Discard, stderr)
-			return m[1]
+			return m[1], out.String()
 		}
 	}
-	t.Fatalf("outboxer ui did not say where it serves")
-	return ""
+	t.Fatalf("outboxer ui did not say where it serves:\n%s", out.String())
+	return "", ""
 }
 
 func TestUIServesTheDashboard(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
 		s := seed(t, db)
-		base := startUI(t, []string{"OUTBOXER_UI_BASIC_AUTH=ops:s3cret"}, "--dsn", s.dsn, "--read-only")
+		base, _ := startUI(t, []string{"OUTBOXER_UI_BASIC_AUTH=ops:s3cret"}, "--dsn", s.dsn, "--read-only")
 		if !strings.HasPrefix(base, "http://127.0.0.1:") {
 			t.Fatalf("serving on %s, want loopback", base)
 		}

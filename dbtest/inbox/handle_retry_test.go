@@ -37,18 +37,14 @@ func TestHandleOutlivesTheRollbackDeadlock(t *testing.T) {
 					if o, err := in.Claim(ctx, tx1, "billing", inbox.Message{Key: key}); err != nil || o != inbox.Claimed {
 						t.Fatalf("first: %v %v", o, err)
 					}
-					type result struct {
-						o   inbox.Outcome
-						err error
-					}
-					done := make(chan result, 2)
+					done := make(chan claimResult, 2)
 					for range 2 {
 						go func() {
 							o, err := in.Handle(ctx, "billing", inbox.Message{Key: key}, func(ctx context.Context, tx *sql.Tx, o inbox.Outcome) error {
 								_, err := tx.ExecContext(ctx, insertEffect(db), key)
 								return err
 							})
-							done <- result{o, err}
+							done <- claimResult{o, err}
 						}()
 					}
 					waitWaiters(t, db, 2, done)

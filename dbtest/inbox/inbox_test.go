@@ -162,30 +162,17 @@ func TestInboxRace(t *testing.T) {
 				if o, err := in.Claim(ctx, tx1, "billing", m); err != nil || o != inbox.Claimed {
 					t.Fatalf("first: %v %v", o, err)
 				}
-				type result struct {
-					o   inbox.Outcome
-					err error
-				}
-				done := make(chan result, 1)
+				done := make(chan claimResult, 1)
 				conn, err := db.Conn(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer conn.Close()
-				var pid int64
-				switch db.Dialect {
-				case core.Postgres:
-					err = conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
-				case core.MySQL:
-					err = conn.QueryRowContext(ctx, `SELECT CONNECTION_ID()`).Scan(&pid)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
+				id := connID(t, db, conn)
 				go func() {
 					tx2, err := conn.BeginTx(ctx, nil)
 					if err != nil {
-						done <- result{err: err}
+						done <- claimResult{err: err}
 						return
 					}
 					o, err := in.Claim(ctx, tx2, "billing", m)
@@ -194,47 +181,10 @@ func TestInboxRace(t *testing.T) {
 					} else {
 						tx2.Rollback()
 					}
-					done <- result{o, err}
+					done <- claimResult{o, err}
 				}()
-				// Wait until the second is blocked on the first (SQLite: it waits at
-				// BEGIN IMMEDIATE, which the database does not show).
-				waitQ := map[core.Dialect]string{
-					core.Postgres: `SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted`,
-					// MariaDB's innodb_trx may number threads apart from CONNECTION_ID(): the
-					// process list shows the claim's INSERT still running on the server.
-					core.MySQL: `SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID = ? AND COMMAND <> 'Sleep' AND INFO LIKE 'INSERT IGNORE%'`,
-				}[db.Dialect]
-				for deadline := time.Now().Add(30 * time.Second); waitQ != ""; {
-					var n int
-					if err := db.QueryRowContext(ctx, waitQ, pid).Scan(&n); err != nil {
-						t.Fatal(err)
-					}
-					if n > 0 {
-						break
-					}
-					select {
-					case r := <-done:
-						t.Fatalf("the second claim returned (%v, %v) while the first was open", r.o, r.err)
-					default:
-					}
-					if time.Now().After(deadline) {
-						t.Fatal("the second claim never waited")
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
-				if commit {
-					err = tx1.Commit()
-				} else {
-					err = tx1.Rollback()
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				r := <-done
-				want := inbox.Duplicate
-				if !commit {
-					want = inbox.Claimed
-				}
+				waitBlocked(t, db, id, done)
+				r, want := endFirst(t, tx1, commit, done)
 				if r.err != nil || r.o != want {
 					t.Fatalf("second: %v %v, want %v", r.o, r.err, want)
 				}

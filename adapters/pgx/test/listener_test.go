@@ -126,11 +126,18 @@ func TestNotifyListenerThroughThePoolerIsDetected(t *testing.T) {
 	logs, logger := dbtest.NewLogs()
 	relay, _ := pooled(t, db, listener, logger, &coretest.Recorder{})
 	runUntilCleanup(t, relay)
-	waitFor(t, 20*time.Second, "a Warn that Notify is not working", func() bool {
+	notifyNotWorking(t, logs, relay, 20*time.Second, "pooler")
+}
+
+// notifyNotWorking waits for the Warn that Notify is not working and checks that it names
+// cause, and that NotifyStatus says the engine does not listen.
+func notifyNotWorking(t *testing.T, logs *dbtest.Logs, relay *core.Outboxer, within time.Duration, cause string) {
+	t.Helper()
+	waitFor(t, within, "a Warn that Notify is not working", func() bool {
 		return len(logs.Lines(slog.LevelWarn, "Notify is NOT working")) > 0
 	})
-	if w := logs.Lines(slog.LevelWarn, "Notify is NOT working")[0]; !strings.Contains(w.Attrs["err"], "pooler") {
-		t.Errorf("the Warn says %v; want the likely cause named", w.Attrs)
+	if w := logs.Lines(slog.LevelWarn, "Notify is NOT working")[0]; !strings.Contains(w.Attrs["err"], cause) {
+		t.Errorf("the Warn says %v; want %q named", w.Attrs, cause)
 	}
 	if st := relay.NotifyStatus(); st.Listening || !errors.Is(st.Err, core.ErrNotifyNotListening) {
 		t.Errorf("NotifyStatus %+v, want not listening, with ErrNotifyNotListening", st)

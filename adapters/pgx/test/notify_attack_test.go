@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"errors"
 	"log/slog"
 	"net"
 	"strings"
@@ -187,15 +186,7 @@ func TestAttackNotifyListenerWrongDatabase(t *testing.T) {
 	logs, logger := dbtest.NewLogs()
 	relay, _ := direct(t, db.DB, db.Schema, listener, logger, &coretest.Recorder{}, time.Second)
 	runUntilCleanup(t, relay)
-	waitFor(t, 30*time.Second, "a Warn that Notify is not working", func() bool {
-		return len(logs.Lines(slog.LevelWarn, "Notify is NOT working")) > 0
-	})
-	if w := logs.Lines(slog.LevelWarn, "Notify is NOT working")[0]; !strings.Contains(w.Attrs["err"], "test notification did not arrive") {
-		t.Errorf("the Warn says %v; want the test notification named", w.Attrs)
-	}
-	if st := relay.NotifyStatus(); st.Listening || !errors.Is(st.Err, core.ErrNotifyNotListening) {
-		t.Errorf("NotifyStatus %+v, want ErrNotifyNotListening", st)
-	}
+	notifyNotWorking(t, logs, relay, 30*time.Second, "test notification did not arrive")
 	if n := listeningLines(logs); n != 0 {
 		t.Errorf("%d lines claim the engine listens", n)
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxer-go/outboxer/core"
@@ -34,23 +33,6 @@ func fetch(t *testing.T, ctx context.Context, cl *kgo.Client, n int) []*kgo.Reco
 		t.Fatalf("fetched %d records, want %d", len(recs), n)
 	}
 	return recs
-}
-
-// kafkaRelay starts a kfake cluster with the topic "orders" and a relay to it, both
-// closed when the test ends.
-func kafkaRelay(t *testing.T) (*kfake.Cluster, *kafka.Relay) {
-	t.Helper()
-	kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
-	relay, err := kafka.New(kafka.Config{Brokers: kc.ListenAddrs(), Topic: "orders"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { relay.Close() })
-	return kc, relay
 }
 
 // TestAttackForwardedHeaders: envelopes whose headers carry the names of the sink's

@@ -40,6 +40,23 @@ func groupClient(t testing.TB, brokers []string) *kgo.Client {
 	return cl
 }
 
+// kafkaRelay starts a kfake cluster with the topic "orders" and a relay to it, both
+// closed when the test ends.
+func kafkaRelay(t testing.TB) (*kfake.Cluster, *kafka.Relay) {
+	t.Helper()
+	kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	relay, err := kafka.New(kafka.Config{Brokers: kc.ListenAddrs(), Topic: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { relay.Close() })
+	return kc, relay
+}
+
 func deliver(t *testing.T, relay *kafka.Relay, ids ...int64) {
 	t.Helper()
 	var batch []core.Envelope
@@ -61,16 +78,7 @@ func deliver(t *testing.T, relay *kafka.Relay, ids ...int64) {
 func TestConsumerRunsEachRecordOnce(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
 		in := dbtest.ConsumerInbox(t, db)
-		kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer kc.Close()
-		relay, err := kafka.New(kafka.Config{Brokers: kc.ListenAddrs(), Topic: "orders"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer relay.Close()
+		kc, relay := kafkaRelay(t)
 		deliver(t, relay, 1, 2, 3, 4, 5)
 		deliver(t, relay, 3, 4) // the relay delivers a batch again
 		deliver(t, relay, 6)
@@ -212,16 +220,7 @@ func BenchmarkConsumer(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				db := dbtest.Open(b, d)
 				in := dbtest.ConsumerInbox(b, db)
-				kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer kc.Close()
-				relay, err := kafka.New(kafka.Config{Brokers: kc.ListenAddrs(), Topic: "orders"})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer relay.Close()
+				kc, relay := kafkaRelay(b)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				defer cancel()
 				for i := 0; i < b.N; i += 500 {

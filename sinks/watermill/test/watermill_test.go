@@ -397,7 +397,10 @@ func (p *sizeLimited) PublishEach(topic string, msgs ...*message.Message) []erro
 	return errs
 }
 
-func TestPerMessagePublisherFailuresAreMappedExactly(t *testing.T) {
+// sizeLimitedSink returns a sink (PublishBatchSize 10) on a PerMessagePublisher that
+// fails the messages over 64 bytes, and what a subscriber of "orders" receives.
+func sizeLimitedSink(t *testing.T) (*collector, *sizeLimited, *watermillsink.Sink) {
+	t.Helper()
 	pubsub := newGoChannel(t)
 	ch := collect(t, pubsub, "orders")
 	pub := &sizeLimited{GoChannel: pubsub, limit: 64}
@@ -405,6 +408,11 @@ func TestPerMessagePublisherFailuresAreMappedExactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ch, pub, sink
+}
+
+func TestPerMessagePublisherFailuresAreMappedExactly(t *testing.T) {
+	ch, pub, sink := sizeLimitedSink(t)
 	batch := envelopes(1, 25, 0)          // unordered: runs of 10
 	batch[13].Payload = make([]byte, 100) // in the second run (11..20)
 	pf := partial(t, sink.Deliver(context.Background(), batch))
@@ -429,13 +437,7 @@ func TestPerMessagePublisherFailuresAreMappedExactly(t *testing.T) {
 // group: with 5 groups and PublishBatchSize 10 the runs are 1-5, 6-10, 11-15, and when
 // 14 (group g4) fails, 19 and 24 (g4 too) are held back, not published before it.
 func TestPerMessagePublisherKeepsGroupOrder(t *testing.T) {
-	pubsub := newGoChannel(t)
-	ch := collect(t, pubsub, "orders")
-	pub := &sizeLimited{GoChannel: pubsub, limit: 64}
-	sink, err := watermillsink.New(pub, watermillsink.Options{Topic: "orders", PublishBatchSize: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch, pub, sink := sizeLimitedSink(t)
 	batch := envelopes(1, 25, 5)
 	batch[13].Payload = make([]byte, 100) // 14, group g4
 	pf := partial(t, sink.Deliver(context.Background(), batch))
