@@ -285,7 +285,7 @@ func (w *worker) fetch(ctx context.Context) (batch []Envelope, behind []int64, f
 func (w *worker) hold(ctx context.Context, ids []int64) error {
 	return w.retry(ctx, func() error {
 		return w.fenced(ctx, func(tx *sql.Tx) error {
-			q, args := w.ob.sql.Hold(ids, w.mode() == dialect.Grouped)
+			q, args := w.ob.sql.Hold(w.ob.name, w.part, ids, w.mode() == dialect.Grouped)
 			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 				return fmt.Errorf("hold messages: %w", err)
 			}

@@ -168,8 +168,10 @@ func New(kind Kind, schema, table string) *SQL {
 		` AND part >= ? ORDER BY id LIMIT 1000`)
 	s.Promote = s.p(`UPDATE ` + s.Messages + ` SET state = ` + strconv.Itoa(Ready) + ` WHERE outbox = ? AND state = ` + strconv.Itoa(Waiting) +
 		` AND part = ? AND available_at <= ` + now)
-	s.NextDue = s.p(`SELECT ` + s.micros(`MIN(available_at)`) + ` - ` + s.micros(now) + ` FROM ` + s.Messages +
-		` WHERE outbox = ? AND state = ` + strconv.Itoa(Waiting) + ` AND part = ?`)
+	// The first waiting row by the index, not MIN(available_at): with no statistics yet
+	// (a backlog just written), PostgreSQL computes MIN by reading every waiting row.
+	s.NextDue = s.p(`SELECT ` + s.micros(`(SELECT available_at FROM `+s.Messages+` WHERE outbox = ? AND state = `+strconv.Itoa(Waiting)+
+		` AND part = ? ORDER BY available_at LIMIT 1)`) + ` - ` + s.micros(now))
 	s.Heartbeat = s.heartbeat()
 	s.LiveNodes = s.p(`SELECT node, max_parts, ` + s.TimeCol("joined_at") + `, ` + s.TimeCol("seen_at") + `, ` + s.TimeCol(now) + ` FROM ` + s.Nodes +
 		` WHERE outbox = ? AND expires_at > ` + now)
@@ -438,38 +440,73 @@ func (s *SQL) Fetch(outbox string, part, limit int, mode Mode) (string, []any) {
 	case Total:
 		behind = s.behind(false)
 	}
+	table := s.Messages + ` AS m`
+	if s.Kind == MySQL {
+		// Without fresh statistics MariaDB walks the primary key in ID order, through
+		// every waiting and held row older than the ready ones.
+		table += ` FORCE INDEX (` + s.Quote(s.Table+"_pending") + `)`
+	}
 	return s.p(`SELECT id, type, group_key, payload, headers, attempts, last_error, ` + s.TimeCol("created_at") + `, ` +
 		s.TimeCol("available_at") + `, ` + behind + `, ` + s.TimeCol(now) +
-		` FROM ` + s.Messages + ` AS m WHERE outbox = ? AND state = 0 AND part = ? ORDER BY id LIMIT ?`), []any{outbox, part, limit}
+		` FROM ` + table + ` WHERE outbox = ? AND state = 0 AND part = ? ORDER BY id LIMIT ?`), []any{outbox, part, limit}
 }
 
 // behind is a condition on a row m: an earlier row of its group (or of its partition,
 // without grouped) waits or is held.
 func (s *SQL) behind(grouped bool) string {
+	if s.Kind == MySQL {
+		return s.behindMySQL(grouped)
+	}
 	g := ``
 	if grouped {
 		g = ` AND b.group_key = m.group_key`
 	}
-	hint := ``
-	if s.Kind == MySQL {
-		// Left to itself, MariaDB probes through the index of delivered rows.
-		hint = ` FORCE INDEX (` + s.Quote(s.Table+"_blocking") + `)`
-	}
-	return `EXISTS (SELECT 1 FROM ` + s.Messages + ` AS b` + hint + ` WHERE b.outbox = m.outbox AND b.part = m.part` + g +
+	return `EXISTS (SELECT 1 FROM ` + s.Messages + ` AS b WHERE b.outbox = m.outbox AND b.part = m.part` + g +
 		` AND b.state IN ` + blockingStates + ` AND b.id < m.id)`
 }
 
-// Hold makes ready rows held, those of ids that are still behind an earlier waiting or
-// held row (grouped: of their group; otherwise of their partition).
-func (s *SQL) Hold(ids []int64, grouped bool) (string, []any) {
-	cond, args := s.IDList(ids)
+// behindMySQL is behind on MySQL, which has no partial indexes: its indexes hold the
+// rows of every state, and a probe for "an earlier waiting or held row" by EXISTS reads
+// every row of the group (or partition) ahead of the first waiting one, ready ones
+// included: with a poisoned group of n ready rows, each of them read the n others. The
+// probes here look up the oldest waiting and the oldest held row by index, one row
+// each, and compare their IDs.
+func (s *SQL) behindMySQL(grouped bool) string {
+	index, cond := s.Table+"_pending", `b.outbox = m.outbox AND b.state = %d AND b.part = m.part`
+	if grouped {
+		index, cond = s.Table+"_blocking", `b.outbox = m.outbox AND b.part = m.part AND b.group_key = m.group_key AND b.state = %d`
+	}
+	oldest := func(state int) string {
+		return `(SELECT b.id FROM ` + s.Messages + ` AS b FORCE INDEX (` + s.Quote(index) + `) WHERE ` +
+			fmt.Sprintf(cond, state) + ` ORDER BY b.id LIMIT 1) < m.id`
+	}
+	return `COALESCE(` + oldest(Waiting) + ` OR ` + oldest(Held) + `, 0)`
+}
+
+// Hold makes ready rows of a partition held, those of ids (in ascending order) that are
+// still behind an earlier waiting or held row (grouped: of their group; otherwise of
+// their partition).
+func (s *SQL) Hold(outbox string, part int, ids []int64, grouped bool) (string, []any) {
+	cond, more := s.IDList(ids)
 	// (MariaDB reads the table an UPDATE changes in its subqueries, from 10.3.2 on.)
 	table := s.Messages + ` AS m`
 	if s.Kind == MySQL {
 		table += ` FORCE INDEX (PRIMARY)` // see updateByID
 	}
-	return s.p(`UPDATE ` + table + ` SET state = ` + strconv.Itoa(Held) + ` WHERE m.state = 0 AND m.` + cond +
-		` AND ` + s.behind(grouped)), args
+	// The IDs' range as well: a plan that reads the rows through the index of ready rows
+	// (PostgreSQL's, without statistics on a backlog just written) then reads the range
+	// of the batch the IDs came from, not every ready row of the partition.
+	args := append([]any{outbox, part, ids[0], ids[len(ids)-1]}, more...)
+	behind := s.behind(grouped)
+	if s.Kind == Postgres {
+		// As a condition checked per row, by the index of waiting and held rows with the
+		// row's group and ID: a bare EXISTS becomes a semi-join, which (the outer rows'
+		// outbox and partition being constants) PostgreSQL may run by reading all the
+		// partition's waiting and held rows for each row.
+		behind = `(` + behind + `) IS TRUE`
+	}
+	return s.p(`UPDATE ` + table + ` SET state = ` + strconv.Itoa(Held) + ` WHERE m.outbox = ? AND m.state = 0 AND m.part = ?` +
+		` AND m.id BETWEEN ? AND ? AND m.` + cond + ` AND ` + behind), args
 }
 
 // PendingGroups returns the query for the partition and group key of the given pending
