@@ -123,6 +123,18 @@ func testBacklogs(t *testing.T, db *dbtest.DB, size int) {
 	if n := readable(); n > 1 {
 		t.Errorf("%d rows a fetch reads while the backlogs wait, want at most the poisoned head", n)
 	}
+	// PostgreSQL's floor: setting the group aside left an index entry per held row in the
+	// index of ready rows, dead but there until a VACUUM, and the fetch steps over them.
+	// The same backlogs, vacuumed, show what they cost without that garbage.
+	vacuumed := ""
+	if db.Dialect == core.Postgres {
+		if _, err := db.ExecContext(ctx, `VACUUM `+table); err != nil {
+			t.Fatal(err)
+		}
+		median, longest := deliver("vacuumed", int64(2*size))
+		vacuumed = fmt.Sprintf("; after a VACUUM, with them: %s (longest %s), %.1f×", median.Round(100*time.Microsecond),
+			longest.Round(100*time.Microsecond), float64(median)/float64(medianWithout))
+	}
 
 	got := rec.delivered()
 	if len(got) != len(published) {
@@ -140,8 +152,8 @@ func testBacklogs(t *testing.T, db *dbtest.DB, size int) {
 	score = dbtest.Tally(score, committed, deliveries)
 	ms := func(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }
 	ratio := float64(medianWith) / float64(medianWithout)
-	score.Notes = fmt.Sprintf("a ready message waited %s (longest %s) without the backlogs, %s (longest %s) with them: %.1f× (within 2×: %v); the fetch reads none of the %d waiting rows",
-		ms(medianWithout), ms(longestWithout), ms(medianWith), ms(longestWith), ratio, ratio <= 2, 2*size)
+	score.Notes = fmt.Sprintf("a ready message waited %s (longest %s) without the backlogs, %s (longest %s) with them: %.1f× (within 2×: %v); the fetch reads none of the %d waiting rows%s",
+		ms(medianWithout), ms(longestWithout), ms(medianWith), ms(longestWith), ratio, ratio <= 2, 2*size, vacuumed)
 	t.Log(score.Notes)
 }
 
