@@ -164,7 +164,14 @@ func New(kind Kind, schema, table string) *SQL {
 	s.SetShape = s.p(`UPDATE ` + s.Leases + ` SET owner = ? WHERE outbox = ? AND part = ` + strconv.Itoa(ShapePart))
 	s.LiveLeases = s.p(`SELECT COUNT(*) FROM ` + s.Leases + ` WHERE outbox = ? AND owner <> '' AND expires_at > ` + now)
 	s.Placement = s.p(`SELECT id, group_key, part FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates)
-	s.Strays = s.p(`SELECT id, group_key, part FROM ` + s.Messages + ` WHERE outbox = ? AND state IN ` + PendingStates +
+	// The sweep runs every quarter lease: on PostgreSQL the states as alternatives, one
+	// per partial index, which it reads by the partition range (with "IN", and without
+	// statistics, it reads the whole table, backlogs included).
+	pending := `state IN ` + PendingStates
+	if kind == Postgres {
+		pending = `(state = 0 OR state = 3 OR state = 4)`
+	}
+	s.Strays = s.p(`SELECT id, group_key, part FROM ` + s.Messages + ` WHERE outbox = ? AND ` + pending +
 		` AND part >= ? ORDER BY id LIMIT 1000`)
 	s.Promote = s.p(`UPDATE ` + s.Messages + ` SET state = ` + strconv.Itoa(Ready) + ` WHERE outbox = ? AND state = ` + strconv.Itoa(Waiting) +
 		` AND part = ? AND available_at <= ` + now)
