@@ -297,6 +297,28 @@ func (o *Outboxer) offerFree(ctx context.Context, ob *box) error {
 	if err != nil {
 		return fmt.Errorf("read free partitions: %w", err)
 	}
+	if len(free) == 0 {
+		return nil
+	}
+	// The share came from a membership read made before these partitions were seen free.
+	// A node gives a partition back only after a heartbeat that lists it, so a read made
+	// now lists every node that gave one back: without it, a read that ran while such a
+	// node was forgotten would count it out, and this node would take the partition meant
+	// for another one, and give one back at its next read.
+	if share, _ := ob.bal.counts(); share >= 0 {
+		nodes, err := o.liveNodes(ctx, ob)
+		if err != nil {
+			return err
+		}
+		share, ok := shares(ob.cfg.Partitions, nodes)[o.owner]
+		if !ok {
+			return nil
+		}
+		ob.bal.setShare(share)
+		if _, held := ob.bal.counts(); held >= share {
+			return nil
+		}
+	}
 	for _, p := range free {
 		if p >= 0 && p < len(ob.wake) {
 			ob.offer(p)
