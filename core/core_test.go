@@ -266,6 +266,35 @@ func TestSharesDealInJoinOrder(t *testing.T) {
 	}
 }
 
+// A balanced node whose membership reads succeed takes a free partition only when the
+// membership loop offers it; on its own timer it takes one only when the membership cannot
+// be read (a share kept from before, or none: -1).
+func TestClaimNeedsAnOfferWhileTheMembershipIsRead(t *testing.T) {
+	b := newBalance()
+	b.setShare(2)
+	b.setFresh(true)
+	if b.claim(false) {
+		t.Fatal("a fresh node below its share took a partition nobody offered")
+	}
+	if !b.claim(true) || !b.claim(true) {
+		t.Fatal("a fresh node below its share refused two offered partitions")
+	}
+	if b.claim(true) {
+		t.Fatal("a node at its share took an offered partition")
+	}
+	b.unclaim()
+	b.setFresh(false) // the last read failed: the kept share still counts
+	if !b.claim(false) {
+		t.Fatal("a node whose membership read failed, below its kept share, did not take a partition")
+	}
+	u := newBalance()
+	u.setShare(-1)
+	u.setFresh(true)
+	if !u.claim(false) || !u.claim(false) {
+		t.Fatal("a node outside the share-out (-1) did not take what it could")
+	}
+}
+
 func TestMaxPartitionsValidated(t *testing.T) {
 	cfg := Config{DB: new(sql.DB), Dialect: Postgres, Outboxes: map[string]OutboxConfig{"orders": {Relay: nopRelay{}}}}
 	for _, n := range []int{0, 1, 64, AllPartitions} {

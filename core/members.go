@@ -28,6 +28,11 @@ import (
 // while the node holds fewer than its share, and a worker holding one when the node holds
 // more gives it back after its batch is confirmed. A lease is never taken from a live
 // owner, so partitions move only when a share changes, and then only the surplus moves.
+// While the membership reads succeed, a free partition is taken only when offerFree offers
+// it, right after a read: a share is only as fresh as the read it came from, and one read
+// while a node was forgotten (a slow heartbeat) is too high once the node is back and gives
+// back what it holds beyond its new share; a worker looking on its own timer would take
+// that partition, meant for another node, and give it back at the next read.
 
 // balance is this node's share-out of one outbox.
 type balance struct {
@@ -35,17 +40,21 @@ type balance struct {
 	share int  // partitions this node aims at; negative: as many as it can take
 	held  int  // partitions this node's workers hold, or are taking
 	known bool // a heartbeat told the share
+	// fresh: the last membership read succeeded and listed this node, so free partitions
+	// are taken when offered (offerFree) only.
+	fresh bool
 	// forgotAt is when the membership loop last deleted the rows of lapsed nodes.
 	forgotAt time.Time
 }
 
 func newBalance() *balance { return &balance{} }
 
-// claim reserves a place for one more partition; false when the node has its share.
-func (b *balance) claim() bool {
+// claim reserves a place for one more partition; false when the node has its share, or
+// when the partition was not offered (offered false) while the membership reads succeed.
+func (b *balance) claim(offered bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.share >= 0 && b.held >= b.share {
+	if b.share >= 0 && (b.held >= b.share || !offered && b.fresh) {
 		return false
 	}
 	b.held++
@@ -79,6 +88,13 @@ func (b *balance) setShare(n int) bool {
 	b.share, b.known = n, true
 	b.mu.Unlock()
 	return changed
+}
+
+// setFresh records whether the last membership read succeeded and listed this node.
+func (b *balance) setFresh(fresh bool) {
+	b.mu.Lock()
+	b.fresh = fresh
+	b.mu.Unlock()
 }
 
 // counts returns the share and the partitions held.
@@ -236,6 +252,7 @@ func (o *Outboxer) heartbeat(ctx context.Context, ob *box, write bool) error {
 		nodes, err = o.liveNodes(ctx, ob)
 	}
 	if err != nil {
+		ob.bal.setFresh(false)
 		ob.bal.mu.Lock()
 		known := ob.bal.known
 		ob.bal.mu.Unlock()
@@ -245,6 +262,7 @@ func (o *Outboxer) heartbeat(ctx context.Context, ob *box, write bool) error {
 		return err
 	}
 	share, ok := shares(ob.cfg.Partitions, nodes)[o.owner]
+	ob.bal.setFresh(ok)
 	if !ok {
 		return nil // our own row ran out between the two statements: next time
 	}
@@ -278,6 +296,28 @@ func (o *Outboxer) offerFree(ctx context.Context, ob *box) error {
 	})
 	if err != nil {
 		return fmt.Errorf("read free partitions: %w", err)
+	}
+	if len(free) == 0 {
+		return nil
+	}
+	// The share came from a membership read made before these partitions were seen free.
+	// A node gives a partition back only after a heartbeat that lists it, so a read made
+	// now lists every node that gave one back: without it, a read that ran while such a
+	// node was forgotten would count it out, and this node would take the partition meant
+	// for another one, and give one back at its next read.
+	if share, _ := ob.bal.counts(); share >= 0 {
+		nodes, err := o.liveNodes(ctx, ob)
+		if err != nil {
+			return err
+		}
+		share, ok := shares(ob.cfg.Partitions, nodes)[o.owner]
+		if !ok {
+			return nil
+		}
+		ob.bal.setShare(share)
+		if _, held := ob.bal.counts(); held >= share {
+			return nil
+		}
 	}
 	for _, p := range free {
 		if p >= 0 && p < len(ob.wake) {

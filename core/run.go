@@ -168,18 +168,21 @@ func (w *worker) loop(stop, hard context.Context) {
 	}()
 	wake := w.ob.wake[w.part]
 	failures := 0
+	offered := false         // the membership loop offered the partition (see offerFree)
 	var soon []time.Duration // re-checks after a publish in a transaction that may not have committed yet
 	for stop.Err() == nil {
 		w.settle()
 		if !w.held {
-			if !w.take(stop) {
+			if !w.take(stop, offered) {
 				// The node has its share, someone else has the partition, or the
 				// database is away: look again later, or when the partition is offered.
-				if !w.await(stop, wake) {
+				var ok bool
+				if offered, ok = w.await(stop, wake); !ok {
 					return
 				}
 				continue
 			}
+			offered = false
 			failures, soon = 0, nil
 		}
 		if w.bal != nil && w.bal.surplus() {
@@ -246,11 +249,11 @@ func (w *worker) settle() {
 	}
 }
 
-// take tries to take the partition, within the node's share. It reports whether the
-// worker holds it.
-func (w *worker) take(stop context.Context) bool {
+// take tries to take the partition, within the node's share (offered: the membership loop
+// offered it). It reports whether the worker holds it.
+func (w *worker) take(stop context.Context, offered bool) bool {
 	if w.bal != nil {
-		if !w.bal.claim() {
+		if !w.bal.claim(offered) {
 			return false
 		}
 		w.counted = true
@@ -268,21 +271,22 @@ func (w *worker) take(stop context.Context) bool {
 
 // await waits before a worker that holds nothing looks again: a quarter lease, or until
 // the membership loop offers it the partition (free while the node is below its share;
-// see offerFree). It returns false when stop is done.
-func (w *worker) await(stop context.Context, wake <-chan wakeKind) bool {
+// see offerFree). It reports whether the partition was offered, and false as its second
+// result when stop is done.
+func (w *worker) await(stop context.Context, wake <-chan wakeKind) (offered, ok bool) {
 	t := time.NewTimer(w.lease() / 4)
 	defer t.Stop()
 	for {
 		select {
 		case <-stop.Done():
-			return false
+			return false, false
 		case k := <-wake:
 			if k == wakeTake {
-				return true
+				return true, true
 			}
 			// A wake-up for the holder of the partition: not this worker's business.
 		case <-t.C:
-			return true
+			return false, true
 		}
 	}
 }
