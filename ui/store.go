@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/internal/dbtime"
 )
 
 // The values of the state column (core.StoredPendingStates lists the pending ones).
@@ -93,40 +94,12 @@ func (s *store) minus() string {
 	return `(now() - ?::bigint * interval '1 microsecond')`
 }
 
-// timeCol selects a time column so that dbTime scans it.
+// timeCol selects a time column so that dbtime.Time scans it.
 func (s *store) timeCol(col string) string {
 	if s.dialect == core.MySQL {
 		return `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ` + col + `)`
 	}
 	return col
-}
-
-// dbTime scans a time column: a time.Time (PostgreSQL) or microseconds since the epoch
-// (SQLite, and MySQL through timeCol). NULL is the zero time.
-type dbTime struct{ time.Time }
-
-func (t *dbTime) Scan(v any) error {
-	switch x := v.(type) {
-	case nil:
-		t.Time = time.Time{}
-	case time.Time:
-		t.Time = x
-	case int64:
-		t.Time = time.UnixMicro(x).UTC()
-	case float64:
-		t.Time = time.UnixMicro(int64(x)).UTC()
-	case []byte:
-		return t.Scan(string(x))
-	case string:
-		f, err := strconv.ParseFloat(x, 64)
-		if err != nil {
-			return fmt.Errorf("outboxerui: time column %q: %w", x, err)
-		}
-		t.Time = time.UnixMicro(int64(f)).UTC()
-	default:
-		return fmt.Errorf("outboxerui: time column of type %T", v)
-	}
-	return nil
 }
 
 func (s *store) query(ctx context.Context, q string, args []any, row func(scan func(...any) error) error) error {
@@ -336,7 +309,7 @@ func (s *store) rowCols() string {
 
 func scanRow(scan func(...any) error) (row, error) {
 	var r row
-	var created, available dbTime
+	var created, available dbtime.Time
 	if err := scan(&r.ID, &r.Type, &r.Group, &r.Partition, &r.Size, &r.Preview, &r.State, &r.Attempts, &r.LastError, &created, &available); err != nil {
 		return row{}, err
 	}
@@ -429,7 +402,7 @@ type message struct {
 // message reads one message of outbox; found is false when there is none with that ID.
 func (s *store) message(ctx context.Context, outbox string, id int64) (m message, found bool, err error) {
 	var headers, lastError sql.NullString
-	var created, available, delivered dbTime
+	var created, available, delivered dbtime.Time
 	err = s.db.QueryRowContext(ctx, s.p(`SELECT id, outbox, type, group_key, part, payload, headers, state, attempts, last_error, `+
 		s.timeCol("created_at")+`, `+s.timeCol("available_at")+`, `+s.timeCol("delivered_at")+
 		` FROM `+s.msgs+` WHERE outbox = ? AND id = ?`), outbox, id).
