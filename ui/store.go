@@ -160,7 +160,7 @@ func (s *store) outboxes(ctx context.Context) (map[string]int, error) {
 }
 
 // admin returns a publish-only core instance over the outboxes, for the core's admin
-// operations (Health, RetryDead, Discard, Pause, Resume).
+// operations (RetryDead, Discard, Pause, Resume).
 func (s *store) admin(outboxes map[string]int) (*core.Outboxer, error) {
 	cfg := core.Config{
 		Name:        "outboxer-ui",
@@ -457,11 +457,19 @@ type blocked struct {
 }
 
 // blockedGroups returns up to limit groups of the outbox that wait behind a message
-// (waiting for a retry or scheduled), the longest blocked first, with that message.
+// (waiting for a retry or scheduled), the longest blocked first, with that message. It
+// reads at most sampleCap+1 waiting and held messages, by partition and group: when the
+// outbox has more (outboxStats.AllWaitingRead is false), the groups are the longest
+// blocked among those read, and the count behind the last group read may be short.
 func (s *store) blockedGroups(ctx context.Context, outbox string, limit int) ([]blocked, error) {
 	var out []blocked
 	var ids []any
-	err := s.query(ctx, `SELECT part, group_key, MIN(id), COUNT(*) FROM `+s.msgs+` WHERE outbox = ? AND state IN (3, 4)`+
+	order := "part, group_key, id"
+	if s.dialect == core.MySQL {
+		order = "part, group_key, state, id" // the order of its index of blocking rows
+	}
+	err := s.query(ctx, `SELECT part, group_key, MIN(id), COUNT(*) FROM `+
+		`(SELECT part, group_key, id, state FROM `+s.msgs+` WHERE outbox = ? AND state IN (3, 4) ORDER BY `+order+` LIMIT `+strconv.Itoa(sampleCap+1)+`) t`+
 		` GROUP BY part, group_key HAVING group_key <> '' OR SUM(CASE WHEN state = 4 THEN 1 ELSE 0 END) > 0 ORDER BY MIN(id) LIMIT ?`,
 		[]any{outbox, limit}, func(scan func(...any) error) error {
 			var b blocked
@@ -474,11 +482,11 @@ func (s *store) blockedGroups(ctx context.Context, outbox string, limit int) ([]
 			ids = append(ids, b.Blocking.ID)
 			return nil
 		})
-	if err != nil || len(out) == 0 {
-		if err != nil {
-			err = fmt.Errorf("outboxerui: read the blocked groups of %q: %w", outbox, err)
-		}
-		return out, err
+	if err != nil {
+		return nil, fmt.Errorf("outboxerui: read the blocked groups of %q: %w", outbox, err)
+	}
+	if len(out) == 0 {
+		return nil, nil
 	}
 	byID := map[int64]row{}
 	err = s.query(ctx, `SELECT `+s.rowCols()+` FROM `+s.msgs+` WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, ids,
@@ -497,15 +505,16 @@ func (s *store) blockedGroups(ctx context.Context, outbox string, limit int) ([]
 }
 
 // deliveredSince counts the messages of outbox delivered in the last d, among those kept
-// (core.KeepFor); without retention, delivered messages are deleted and this is 0.
-func (s *store) deliveredSince(ctx context.Context, outbox string, d time.Duration) (int64, error) {
+// (core.KeepFor), up to countCap; without retention, delivered messages are deleted and
+// this is 0.
+func (s *store) deliveredSince(ctx context.Context, outbox string, d time.Duration) (count, error) {
 	var n int64
-	err := s.db.QueryRowContext(ctx, s.p(`SELECT COUNT(*) FROM `+s.msgs+` WHERE outbox = ? AND state = 1 AND delivered_at > `+s.minus()),
+	err := s.db.QueryRowContext(ctx, s.p(`SELECT COUNT(*) FROM `+s.limited("1", "outbox = ? AND state = 1 AND delivered_at > "+s.minus(), "delivered_at", countCap)),
 		outbox, d.Microseconds()).Scan(&n)
 	if err != nil {
-		return 0, fmt.Errorf("outboxerui: count delivered messages of %q: %w", outbox, err)
+		return count{}, fmt.Errorf("outboxerui: count delivered messages of %q: %w", outbox, err)
 	}
-	return n, nil
+	return capped(n, countCap), nil
 }
 
 // retryNow makes the waiting messages among ids due at once: they are delivered at the
