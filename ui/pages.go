@@ -283,9 +283,6 @@ func (h *handler) readInstance(ctx context.Context, s *store, iv *instanceView) 
 		if err != nil {
 			return err
 		}
-		if st.Delivered5m, err = s.deliveredSince(ctx, name, 5*time.Minute); err != nil {
-			return err
-		}
 		iv.At = st.At
 		iv.Outboxes = append(iv.Outboxes, st)
 	}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/outboxer-go/outboxer/core"
@@ -94,14 +95,17 @@ type outboxStats struct {
 
 // partStats are the figures of one partition, as outboxStats.
 type partStats struct {
-	Partition                          int
-	Pending, Retrying, Scheduled, Dead count
-	OldestAge                          age
-	Owner                              string
-	LeaseHeld                          bool
-	LeaseExpires                       time.Time
-	Token                              int64
-	Paused                             bool
+	Partition                    int
+	Pending, Retrying, Scheduled count
+	// Dead is nil when the outbox has more than sampleCap dead messages (not read by
+	// partition).
+	Dead         *count
+	OldestAge    age
+	Owner        string
+	LeaseHeld    bool
+	LeaseExpires time.Time
+	Token        int64
+	Paused       bool
 }
 
 // dueSince is when a pending message became due, as core.Health reads it: its creation
@@ -178,32 +182,29 @@ func (s *store) readLeases(ctx context.Context) (map[string][]lease, time.Time, 
 // partitionsWithMessages returns the partitions of outbox that hold pending messages:
 // one index probe per partition (a loose index scan on MySQL).
 func (s *store) partitionsWithMessages(ctx context.Context, outbox string) ([]int, error) {
-	var qs []string
-	var args [][]any
-	if s.dialect == core.MySQL {
-		qs = []string{`SELECT DISTINCT part FROM ` + s.msgs + ` WHERE outbox = ? AND state IN ` + core.StoredPendingStates}
-		args = [][]any{{outbox}}
-	} else {
+	q := `SELECT DISTINCT part FROM ` + s.msgs + ` WHERE outbox = ? AND state IN ` + core.StoredPendingStates
+	args := []any{outbox}
+	if s.dialect != core.MySQL {
 		// Ready rows by the index of ready rows, waiting and held ones by the index
 		// of blocking rows: both start with (outbox, part).
-		for _, pred := range []string{"state = 0", "state IN (3, 4)"} {
-			qs = append(qs, `WITH RECURSIVE t(p) AS (SELECT MIN(part) FROM `+s.msgs+` WHERE outbox = ? AND `+pred+
-				` UNION ALL SELECT (SELECT MIN(part) FROM `+s.msgs+` WHERE outbox = ? AND `+pred+` AND part > t.p) FROM t WHERE t.p IS NOT NULL)`+
-				` SELECT p FROM t WHERE p IS NOT NULL`)
-			args = append(args, []any{outbox, outbox})
+		skip := func(t, pred string) string {
+			return t + `(p) AS (SELECT MIN(part) FROM ` + s.msgs + ` WHERE outbox = ? AND ` + pred +
+				` UNION ALL SELECT (SELECT MIN(part) FROM ` + s.msgs + ` WHERE outbox = ? AND ` + pred + ` AND part > ` + t + `.p) FROM ` + t +
+				` WHERE ` + t + `.p IS NOT NULL)`
 		}
+		q = `WITH RECURSIVE ` + skip("r", "state = 0") + `, ` + skip("w", "state IN (3, 4)") +
+			` SELECT p FROM r WHERE p IS NOT NULL UNION SELECT p FROM w WHERE p IS NOT NULL`
+		args = []any{outbox, outbox, outbox, outbox}
 	}
 	var parts []int
-	for i, q := range qs {
-		err := s.query(ctx, q, args[i], func(scan func(...any) error) error {
-			var p int
-			err := scan(&p)
-			parts = append(parts, p)
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("outboxerui: read the partitions of %q: %w", outbox, err)
-		}
+	err := s.query(ctx, q, args, func(scan func(...any) error) error {
+		var p int
+		err := scan(&p)
+		parts = append(parts, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outboxerui: read the partitions of %q: %w", outbox, err)
 	}
 	return parts, nil
 }
@@ -213,12 +214,13 @@ func (s *store) partitionsWithMessages(ctx context.Context, outbox string) ([]in
 // byPartition asks for the counts of each partition (the outbox page); without it only
 // the outbox's counts are read (the overview), and the partitions' counts are zero.
 //
-// Every statement reads a bounded part of an index. Counts read at most countCap+1
-// entries of an index that holds what they count (pending, dead), without the rows. The
-// figures that need the rows (retrying, scheduled, and the dead of each partition) are
-// read from sampleCap rows (the waiting and held ones shared among the partitions), and
-// are lower bounds when there are more. The oldest due
-// message is found by index probes per partition and among those rows.
+// Every statement reads a bounded part of an index, in three or four statements. Counts
+// read at most countCap+1 entries of an index that holds what they count (pending, dead,
+// delivered), without the rows; per partition, countCap shared among the partitions. The figures that need the rows (retrying, scheduled,
+// and the dead of each partition) are read from sampleCap rows (the waiting and held ones
+// shared among the partitions), and are lower bounds when there are more; the dead of
+// each partition are not read then. The oldest due message is found by index probes per
+// partition and among the rows read.
 //
 // OldestAge is the longest wait among: the first ready message of each partition (the
 // lowest ID, which the relay delivers first), the first waiting message of each
@@ -226,7 +228,7 @@ func (s *store) partitionsWithMessages(ctx context.Context, outbox string) ([]in
 // one waits since it was published, as core.Health counts it). That is core.Health's
 // OldestAge when every waiting and held message was read (AllWaitingRead), unless a
 // message scheduled earlier became due after a later one of its partition: then the
-// page shows the wait of the first in line. With more, it is a lower bound.
+// page shows the wait of the first in line. Otherwise it is a lower bound.
 func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []lease, byPartition bool) (outboxStats, error) {
 	st := outboxStats{Outbox: outbox, Owners: map[string]int{}, Unowned: []int{}}
 	ps := map[int]*partStats{}
@@ -234,7 +236,7 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 		if ph, ok := ps[p]; ok {
 			return ph
 		}
-		ph := &partStats{Partition: p, Pending: exact(0), Retrying: exact(0), Scheduled: exact(0), Dead: exact(0)}
+		ph := &partStats{Partition: p, Pending: exact(0), Retrying: exact(0), Scheduled: exact(0), Dead: &count{Exact: true}}
 		ps[p] = ph
 		return ph
 	}
@@ -252,138 +254,130 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 	for _, p := range withMsgs {
 		get(p)
 	}
+	fail := func(what string, err error) (outboxStats, error) {
+		return outboxStats{}, fmt.Errorf("outboxerui: read the %s of %q: %w", what, outbox, err)
+	}
+	countOf := func(cond, order string, bound int) string {
+		return `(SELECT COUNT(*) FROM ` + s.limited("1", cond, order, bound) + `)`
+	}
+
+	// The outbox's counts: ready (the overview), waiting and held (the overview), dead,
+	// and delivered in the last five minutes (kept by core.KeepFor).
+	var ready, waiting, dead, delivered sql.NullInt64
+	cols := []string{`NULL`, `NULL`}
+	args := []any{}
+	if !byPartition {
+		cols = []string{countOf("outbox = ? AND state = 0", "part, id", countCap), countOf("outbox = ? AND state IN (3, 4)", s.waitingOrder(), countCap)}
+		args = append(args, outbox, outbox)
+	}
+	cols = append(cols, countOf("outbox = ? AND state = 2", s.deadOrder(), countCap),
+		countOf("outbox = ? AND state = 1 AND delivered_at > "+s.minus(), "delivered_at", countCap))
+	args = append(args, outbox, outbox, (5 * time.Minute).Microseconds())
+	if err := s.db.QueryRowContext(ctx, s.p(`SELECT `+strings.Join(cols, ", ")), args...).Scan(&ready, &waiting, &dead, &delivered); err != nil {
+		return fail("counts", err)
+	}
+	st.Dead, st.Delivered5m = capped(dead.Int64, countCap), capped(delivered.Int64, countCap)
+
+	// Per partition, in one statement: the head of the line of ready messages, when the
+	// first waiting message is due, on the outbox page the counts of ready and of
+	// waiting and held messages, and the figures of some of these. The bounds are
+	// shared among the partitions.
+	due := s.dueSince()
+	perPart, countPerPart := max(sampleCap/len(ps), 100), max(countCap/len(ps), 1000)
+	counts := `NULL, NULL`
+	if byPartition {
+		counts = countOf("outbox = ? AND part = ? AND state = 0", "id", countPerPart) + `, ` +
+			countOf("outbox = ? AND part = ? AND state IN (3, 4)", s.waitingOrder(), countPerPart)
+	}
+	one := `SELECT %d AS part, ` + counts + `, ` +
+		`(SELECT ` + s.timeCol(due) + ` FROM ` + s.msgs + ` WHERE outbox = ? AND part = ? AND state = 0 ORDER BY id LIMIT 1) AS head, ` +
+		`(SELECT ` + s.timeCol(`MIN(available_at)`) + ` FROM ` + s.msgs + ` WHERE outbox = ? AND part = ? AND state = 3) AS next, ` +
+		`y.n, y.retrying, y.scheduled, y.since, ` + s.timeCol(s.now()) + ` AS at FROM (SELECT COUNT(*) AS n, ` +
+		`COALESCE(SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END), 0) AS retrying, ` +
+		`COALESCE(SUM(CASE WHEN state = 3 AND attempts = 0 AND available_at > ` + s.now() + ` THEN 1 ELSE 0 END), 0) AS scheduled, ` +
+		s.timeCol(`MIN(`+due+`)`) + ` AS since` +
+		` FROM ` + s.limited("state, attempts, available_at, created_at", "outbox = ? AND part = ? AND state IN (3, 4)", s.waitingOrder(), perPart) + `) y`
+	var stmts []string
+	args = nil
+	for _, p := range slices.Sorted(maps.Keys(ps)) {
+		stmts = append(stmts, fmt.Sprintf(one, p))
+		if byPartition {
+			args = append(args, outbox, p, outbox, p)
+		}
+		args = append(args, outbox, p, outbox, p, outbox, p)
+	}
+	type partRow struct {
+		ready, waiting               sql.NullInt64
+		head, next, since, at        dbtime.Time
+		sampled, retrying, scheduled int64
+	}
+	rows := map[int]partRow{}
+	err = s.query(ctx, strings.Join(stmts, " UNION ALL "), args, func(scan func(...any) error) error {
+		var p int
+		var r partRow
+		err := scan(&p, &r.ready, &r.waiting, &r.head, &r.next, &r.sampled, &r.retrying, &r.scheduled, &r.since, &r.at)
+		rows[p] = r
+		if st.At.IsZero() || r.at.After(st.At) {
+			st.At = r.at.Time
+		}
+		return err
+	})
+	if err != nil {
+		return fail("partitions", err)
+	}
 	wait := func(since dbtime.Time) time.Duration {
 		if since.IsZero() {
 			return 0
 		}
 		return max(st.At.Sub(since.Time), 0)
 	}
-	fail := func(what string, err error) (outboxStats, error) {
-		return outboxStats{}, fmt.Errorf("outboxerui: read the %s of %q: %w", what, outbox, err)
-	}
 
-	// Per partition: the head of the line of ready messages, when the first waiting
-	// message is due, and on the outbox page a count of the ready ones.
-	due := s.dueSince()
-	readyCount := `NULL`
-	if byPartition {
-		readyCount = `(SELECT COUNT(*) FROM ` + s.limited("1", "outbox = ? AND part = ? AND state = 0", "id", countCap) + `)`
-	}
-	q := s.p(`SELECT ` + readyCount + `, ` +
-		`(SELECT ` + s.timeCol(due) + ` FROM ` + s.msgs + ` WHERE outbox = ? AND part = ? AND state = 0 ORDER BY id LIMIT 1), ` +
-		`(SELECT ` + s.timeCol(`MIN(available_at)`) + ` FROM ` + s.msgs + ` WHERE outbox = ? AND part = ? AND state = 3), ` +
-		s.timeCol(s.now()))
-	ages := map[int]time.Duration{}
-	var ready count
-	ready.Exact = true
-	for _, p := range slices.Sorted(maps.Keys(ps)) {
-		args := []any{outbox, p, outbox, p}
-		if byPartition {
-			args = append([]any{outbox, p}, args...)
+	// The dead of each partition, when there are at most sampleCap.
+	if byPartition && dead.Int64 > 0 && dead.Int64 <= sampleCap {
+		for _, ph := range ps {
+			ph.Dead = &count{Exact: true}
 		}
-		var (
-			n               sql.NullInt64
-			head, next, now dbtime.Time
-		)
-		if err := s.db.QueryRowContext(ctx, q, args...).Scan(&n, &head, &next, &now); err != nil {
-			return fail(fmt.Sprintf("partition %d", p), err)
-		}
-		if st.At.IsZero() {
-			st.At = now.Time
-		}
-		ages[p] = wait(head)
-		if !next.IsZero() && !next.After(now.Time) {
-			// Due and not made ready yet (no relay runs): it waited at least since
-			// its available_at (since its publication, if it failed before).
-			ages[p] = max(ages[p], wait(next))
-		}
-		if byPartition {
-			ps[p].Pending = capped(n.Int64, countCap)
-			ready = ready.add(ps[p].Pending)
-		}
-	}
-	if !byPartition {
-		var n int64
-		err := s.db.QueryRowContext(ctx, s.p(`SELECT COUNT(*) FROM `+s.limited("1", "outbox = ? AND state = 0", "part, id", countCap)), outbox).Scan(&n)
-		if err != nil {
-			return fail("ready messages", err)
-		}
-		ready = capped(n, countCap)
-	}
-
-	// Waiting and held messages: counted on their index, by partition; retrying,
-	// scheduled and their waits from sampleCap of them.
-	waiting, total := map[int]int64{}, int64(0)
-	err = s.query(ctx, `SELECT part, COUNT(*) FROM `+s.limited("part", "outbox = ? AND state IN (3, 4)", s.waitingOrder(), countCap)+` GROUP BY part`,
-		[]any{outbox}, func(scan func(...any) error) error {
-			var p int
-			var n int64
-			err := scan(&p, &n)
-			waiting[p] = n
-			total += n
-			return err
-		})
-	if err != nil {
-		return fail("waiting messages", err)
-	}
-	waitingExact := total <= countCap
-	// The rows read per partition: sampleCap in all, so that every partition's
-	// figures are read.
-	perPart := max(sampleCap/len(ps), 100)
-	sample := s.p(`SELECT COUNT(*), ` +
-		`COALESCE(SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END), 0), ` +
-		`COALESCE(SUM(CASE WHEN state = 3 AND attempts = 0 AND available_at > ` + s.now() + ` THEN 1 ELSE 0 END), 0), ` +
-		s.timeCol(`MIN(`+due+`)`) +
-		` FROM ` + s.limited("state, attempts, available_at, created_at", "outbox = ? AND part = ? AND state IN (3, 4)", s.waitingOrder(), perPart))
-	st.AllWaitingRead = true
-	for _, p := range slices.Sorted(maps.Keys(ps)) {
-		var (
-			n, retry, scheduled int64
-			since               dbtime.Time
-		)
-		if err := s.db.QueryRowContext(ctx, sample, outbox, p).Scan(&n, &retry, &scheduled, &since); err != nil {
-			return fail("waiting messages", err)
-		}
-		all := n <= int64(perPart)
-		st.AllWaitingRead = st.AllWaitingRead && all
-		ps[p].Retrying, ps[p].Scheduled = count{N: retry, Exact: all}, count{N: scheduled, Exact: all}
-		ages[p] = max(ages[p], wait(since))
-	}
-
-	// Dead messages: counted on their index; on the outbox page, by partition from at
-	// most sampleCap+1 of them.
-	var dead int64
-	err = s.db.QueryRowContext(ctx, s.p(`SELECT COUNT(*) FROM `+s.limited("1", "outbox = ? AND state = 2", s.deadOrder(), countCap)), outbox).Scan(&dead)
-	if err != nil {
-		return fail("dead messages", err)
-	}
-	st.Dead = capped(dead, countCap)
-	if byPartition && dead > 0 {
-		err = s.query(ctx, `SELECT part, COUNT(*) FROM `+s.limited("part", "outbox = ? AND state = 2", s.deadOrder(), sampleCap)+` GROUP BY part`,
-			[]any{outbox}, func(scan func(...any) error) error {
+		err = s.query(ctx, `SELECT part, COUNT(*) FROM `+s.limited("part", "outbox = ? AND state = 2", s.deadOrder(), sampleCap)+` GROUP BY part`, []any{outbox},
+			func(scan func(...any) error) error {
 				var p int
 				var n int64
 				err := scan(&p, &n)
-				get(p).Dead = count{N: n, Exact: dead <= sampleCap}
+				get(p).Dead = &count{N: n, Exact: true}
 				return err
 			})
 		if err != nil {
 			return fail("dead messages", err)
 		}
+	} else if byPartition && dead.Int64 > sampleCap {
+		for _, ph := range ps {
+			ph.Dead = nil
+		}
 	}
 
-	st.Pending = ready.add(capped(total, countCap))
+	st.AllWaitingRead = true
+	st.Pending = capped(ready.Int64, countCap).add(capped(waiting.Int64, countCap))
+	if byPartition {
+		st.Pending = exact(0)
+	}
 	st.Retrying, st.Scheduled = exact(0), exact(0)
-	st.OldestAge = age{Exact: st.AllWaitingRead}
 	for _, p := range slices.Sorted(maps.Keys(ps)) {
-		ph := ps[p]
+		ph, r := ps[p], rows[p]
+		all := r.sampled <= int64(perPart)
+		st.AllWaitingRead = st.AllWaitingRead && all
+		ph.Retrying, ph.Scheduled = count{N: r.retrying, Exact: all}, count{N: r.scheduled, Exact: all}
+		ph.OldestAge.D = max(wait(r.head), wait(r.since))
+		if !r.next.IsZero() && !r.next.After(r.at.Time) {
+			// Due and not made ready yet (no relay runs): it waited at least since
+			// its available_at (since its publication, if it failed before).
+			ph.OldestAge.D = max(ph.OldestAge.D, wait(r.next))
+		}
+		if byPartition {
+			ph.Pending = capped(r.ready.Int64, int64(countPerPart)).add(capped(r.waiting.Int64, int64(countPerPart)))
+			st.Pending = st.Pending.add(ph.Pending)
+		}
 		st.Retrying = st.Retrying.add(ph.Retrying)
 		st.Scheduled = st.Scheduled.add(ph.Scheduled)
-		ph.OldestAge = age{D: ages[p], Exact: st.AllWaitingRead}
-		st.OldestAge.D = max(st.OldestAge.D, ages[p])
-		if byPartition {
-			ph.Pending = ph.Pending.add(count{N: waiting[p], Exact: waitingExact})
-		}
+		st.OldestAge.D = max(st.OldestAge.D, ph.OldestAge.D)
 		st.Paused = st.Paused || ph.Paused
 		if ph.LeaseHeld {
 			st.Owners[ph.Owner]++
@@ -392,7 +386,11 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 			// A partition beyond those configured matters only while it holds messages.
 			st.Unowned = append(st.Unowned, p)
 		}
-		st.Partitions = append(st.Partitions, *ph)
+	}
+	st.OldestAge.Exact = st.AllWaitingRead
+	for _, p := range slices.Sorted(maps.Keys(ps)) {
+		ps[p].OldestAge.Exact = st.AllWaitingRead
+		st.Partitions = append(st.Partitions, *ps[p])
 	}
 	return st, nil
 }

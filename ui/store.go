@@ -133,28 +133,27 @@ func (s *store) outboxes(ctx context.Context) (map[string]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outboxerui: read the outboxes of %s: %w", s.msgs, err)
 	}
-	var qs []string
-	if s.dialect == core.MySQL {
-		qs = []string{`SELECT DISTINCT outbox FROM ` + s.msgs}
-	} else {
-		for _, pred := range []string{"state = 0", "state = 1", "state = 2", "state IN (3, 4)"} {
-			qs = append(qs, `WITH RECURSIVE t(o) AS (SELECT MIN(outbox) FROM `+s.msgs+` WHERE `+pred+
-				` UNION ALL SELECT (SELECT MIN(outbox) FROM `+s.msgs+` WHERE `+pred+` AND outbox > t.o) FROM t WHERE t.o IS NOT NULL)`+
-				` SELECT o FROM t WHERE o IS NOT NULL`)
+	q := `SELECT DISTINCT outbox FROM ` + s.msgs
+	if s.dialect != core.MySQL {
+		var ctes, sels []string
+		for i, pred := range []string{"state = 0", "state = 1", "state = 2", "state IN (3, 4)"} {
+			t := "t" + strconv.Itoa(i)
+			ctes = append(ctes, t+`(o) AS (SELECT MIN(outbox) FROM `+s.msgs+` WHERE `+pred+
+				` UNION ALL SELECT (SELECT MIN(outbox) FROM `+s.msgs+` WHERE `+pred+` AND outbox > `+t+`.o) FROM `+t+` WHERE `+t+`.o IS NOT NULL)`)
+			sels = append(sels, `SELECT o FROM `+t+` WHERE o IS NOT NULL`)
 		}
+		q = `WITH RECURSIVE ` + strings.Join(ctes, ", ") + ` ` + strings.Join(sels, " UNION ")
 	}
-	for _, q := range qs {
-		err := s.query(ctx, q, nil, func(scan func(...any) error) error {
-			var name string
-			if err := scan(&name); err != nil {
-				return err
-			}
-			found[name] = max(found[name], 1)
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("outboxerui: read the outboxes of %s: %w", s.msgs, err)
+	err = s.query(ctx, q, nil, func(scan func(...any) error) error {
+		var name string
+		if err := scan(&name); err != nil {
+			return err
 		}
+		found[name] = max(found[name], 1)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outboxerui: read the outboxes of %s: %w", s.msgs, err)
 	}
 	return found, nil
 }
@@ -502,19 +501,6 @@ func (s *store) blockedGroups(ctx context.Context, outbox string, limit int) ([]
 		out[i].Blocking = byID[out[i].Blocking.ID]
 	}
 	return out, nil
-}
-
-// deliveredSince counts the messages of outbox delivered in the last d, among those kept
-// (core.KeepFor), up to countCap; without retention, delivered messages are deleted and
-// this is 0.
-func (s *store) deliveredSince(ctx context.Context, outbox string, d time.Duration) (count, error) {
-	var n int64
-	err := s.db.QueryRowContext(ctx, s.p(`SELECT COUNT(*) FROM `+s.limited("1", "outbox = ? AND state = 1 AND delivered_at > "+s.minus(), "delivered_at", countCap)),
-		outbox, d.Microseconds()).Scan(&n)
-	if err != nil {
-		return count{}, fmt.Errorf("outboxerui: count delivered messages of %q: %w", outbox, err)
-	}
-	return capped(n, countCap), nil
 }
 
 // retryNow makes the waiting messages among ids due at once: they are delivered at the
