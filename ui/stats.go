@@ -180,24 +180,39 @@ func (s *store) readLeases(ctx context.Context) (map[string][]lease, time.Time, 
 }
 
 // partitionsWithMessages returns the partitions of outbox that hold pending messages:
-// one index probe per partition (a loose index scan on MySQL).
+// one index probe per partition and state.
 func (s *store) partitionsWithMessages(ctx context.Context, outbox string) ([]int, error) {
-	q := `SELECT DISTINCT part FROM ` + s.msgs + ` WHERE outbox = ? AND state IN ` + core.StoredPendingStates
-	args := []any{outbox}
-	if s.dialect != core.MySQL {
-		// Ready rows by the index of ready rows, waiting and held ones by the index
-		// of blocking rows: both start with (outbox, part).
-		skip := func(t, pred string) string {
-			return t + `(p) AS (SELECT MIN(part) FROM ` + s.msgs + ` WHERE outbox = ? AND ` + pred +
-				` UNION ALL SELECT (SELECT MIN(part) FROM ` + s.msgs + ` WHERE outbox = ? AND ` + pred + ` AND part > ` + t + `.p) FROM ` + t +
-				` WHERE ` + t + `.p IS NOT NULL)`
-		}
-		q = `WITH RECURSIVE ` + skip("r", "state = 0") + `, ` + skip("w", "state IN (3, 4)") +
-			` SELECT p FROM r WHERE p IS NOT NULL UNION SELECT p FROM w WHERE p IS NOT NULL`
-		args = []any{outbox, outbox, outbox, outbox}
-	}
 	var parts []int
-	err := s.query(ctx, q, args, func(scan func(...any) error) error {
+	if s.dialect == core.MySQL {
+		// MySQL allows no recursive reference in a subquery, and reads every entry
+		// of the outbox for a DISTINCT: a probe for the next partition after the last
+		// found, in each state, until there is none.
+		next := s.p(`SELECT MIN(p) FROM (SELECT MIN(part) AS p FROM ` + s.msgs + ` WHERE outbox = ? AND state = 0 AND part > ?` +
+			` UNION ALL SELECT MIN(part) FROM ` + s.msgs + ` WHERE outbox = ? AND state = 3 AND part > ?` +
+			` UNION ALL SELECT MIN(part) FROM ` + s.msgs + ` WHERE outbox = ? AND state = 4 AND part > ?) t`)
+		last := -1
+		for {
+			var p sql.NullInt64
+			if err := s.db.QueryRowContext(ctx, next, outbox, last, outbox, last, outbox, last).Scan(&p); err != nil {
+				return nil, fmt.Errorf("outboxerui: read the partitions of %q: %w", outbox, err)
+			}
+			if !p.Valid {
+				return parts, nil
+			}
+			last = int(p.Int64)
+			parts = append(parts, last)
+		}
+	}
+	// Ready rows by the index of ready rows, waiting and held ones by the index of
+	// blocking rows: both start with (outbox, part).
+	skip := func(t, pred string) string {
+		return t + `(p) AS (SELECT MIN(part) FROM ` + s.msgs + ` WHERE outbox = ? AND ` + pred +
+			` UNION ALL SELECT (SELECT MIN(part) FROM ` + s.msgs + ` WHERE outbox = ? AND ` + pred + ` AND part > ` + t + `.p) FROM ` + t +
+			` WHERE ` + t + `.p IS NOT NULL)`
+	}
+	q := `WITH RECURSIVE ` + skip("r", "state = 0") + `, ` + skip("w", "state IN (3, 4)") +
+		` SELECT p FROM r WHERE p IS NOT NULL UNION SELECT p FROM w WHERE p IS NOT NULL`
+	err := s.query(ctx, q, []any{outbox, outbox, outbox, outbox}, func(scan func(...any) error) error {
 		var p int
 		err := scan(&p)
 		parts = append(parts, p)
@@ -290,7 +305,9 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 			countOf("outbox = ? AND part = ? AND state IN (3, 4)", s.waitingOrder(), countPerPart)
 	}
 	one := `SELECT %d AS part, ` + counts + `, ` +
-		`(SELECT ` + s.timeCol(due) + ` FROM ` + s.msgs + ` WHERE outbox = ? AND part = ? AND state = 0 ORDER BY id LIMIT 1) AS head, ` +
+		// MIN(id), not ORDER BY id LIMIT 1: MariaDB reads the primary key in order
+		// for that, until it meets a ready row of the partition.
+		`(SELECT ` + s.timeCol(due) + ` FROM ` + s.msgs + ` WHERE id = (SELECT MIN(id) FROM ` + s.msgs + ` WHERE outbox = ? AND part = ? AND state = 0)) AS head, ` +
 		`(SELECT ` + s.timeCol(`MIN(available_at)`) + ` FROM ` + s.msgs + ` WHERE outbox = ? AND part = ? AND state = 3) AS next, ` +
 		`y.n, y.retrying, y.scheduled, y.since, ` + s.timeCol(s.now()) + ` AS at FROM (SELECT COUNT(*) AS n, ` +
 		`COALESCE(SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END), 0) AS retrying, ` +
