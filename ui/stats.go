@@ -131,7 +131,18 @@ func (s *store) deadOrder() string {
 	if s.dialect == core.MySQL {
 		return "part, id"
 	}
-	return "id"
+	return "outbox, id"
+}
+
+// deadCond selects the dead messages of an outbox (its argument twice). On PostgreSQL
+// and SQLite the outbox is a range, so that ORDER BY outbox, id (deadOrder) keeps to the
+// index of dead rows: with outbox = ?, ORDER BY id is all that is left, which the
+// primary key gives too, through every row before the outbox's first dead one.
+func (s *store) deadCond() (string, int) {
+	if s.dialect == core.MySQL {
+		return "outbox = ? AND state = 2", 1
+	}
+	return "outbox >= ? AND outbox <= ? AND state = 2", 2
 }
 
 func (s *store) waitingOrder() string {
@@ -285,9 +296,13 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 		cols = []string{countOf("outbox = ? AND state = 0", "part, id", countCap), countOf("outbox = ? AND state IN (3, 4)", s.waitingOrder(), countCap)}
 		args = append(args, outbox, outbox)
 	}
-	cols = append(cols, countOf("outbox = ? AND state = 2", s.deadOrder(), countCap),
+	deadCond, n := s.deadCond()
+	cols = append(cols, countOf(deadCond, s.deadOrder(), countCap),
 		countOf("outbox = ? AND state = 1 AND delivered_at > "+s.minus(), "delivered_at", countCap))
-	args = append(args, outbox, outbox, (5 * time.Minute).Microseconds())
+	for range n {
+		args = append(args, outbox)
+	}
+	args = append(args, outbox, (5 * time.Minute).Microseconds())
 	if err := s.db.QueryRowContext(ctx, s.p(`SELECT `+strings.Join(cols, ", ")), args...).Scan(&ready, &waiting, &dead, &delivered); err != nil {
 		return fail("counts", err)
 	}
@@ -298,16 +313,19 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 	// waiting and held messages, and the figures of some of these. The bounds are
 	// shared among the partitions.
 	due := s.dueSince()
+	// part >= ? AND part <= ?, not part = ?, with ORDER BY part, id: only the index of
+	// ready rows gives that order. With part = ?, ORDER BY id is all that is left, and
+	// PostgreSQL or MariaDB may read the primary key in order instead, through every
+	// row before the partition's first (all the delivered rows kept, for one).
+	partRange := "outbox = ? AND part >= ? AND part <= ?"
 	perPart, countPerPart := max(sampleCap/len(ps), 100), max(countCap/len(ps), 1000)
 	counts := `NULL, NULL`
 	if byPartition {
-		counts = countOf("outbox = ? AND part = ? AND state = 0", "id", countPerPart) + `, ` +
+		counts = countOf(partRange+" AND state = 0", "part, id", countPerPart) + `, ` +
 			countOf("outbox = ? AND part = ? AND state IN (3, 4)", s.waitingOrder(), countPerPart)
 	}
 	one := `SELECT %d AS part, ` + counts + `, ` +
-		// MIN(id), not ORDER BY id LIMIT 1: MariaDB reads the primary key in order
-		// for that, until it meets a ready row of the partition.
-		`(SELECT ` + s.timeCol(due) + ` FROM ` + s.msgs + ` WHERE id = (SELECT MIN(id) FROM ` + s.msgs + ` WHERE outbox = ? AND part = ? AND state = 0)) AS head, ` +
+		`(SELECT ` + s.timeCol(due) + ` FROM ` + s.msgs + ` WHERE ` + partRange + ` AND state = 0 ORDER BY part, id LIMIT 1) AS head, ` +
 		`(SELECT ` + s.timeCol(`MIN(available_at)`) + ` FROM ` + s.msgs + ` WHERE outbox = ? AND part = ? AND state = 3) AS next, ` +
 		`y.n, y.retrying, y.scheduled, y.since, ` + s.timeCol(s.now()) + ` AS at FROM (SELECT COUNT(*) AS n, ` +
 		`COALESCE(SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END), 0) AS retrying, ` +
@@ -319,9 +337,9 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 	for _, p := range slices.Sorted(maps.Keys(ps)) {
 		stmts = append(stmts, fmt.Sprintf(one, p))
 		if byPartition {
-			args = append(args, outbox, p, outbox, p)
+			args = append(args, outbox, p, p, outbox, p)
 		}
-		args = append(args, outbox, p, outbox, p, outbox, p)
+		args = append(args, outbox, p, p, outbox, p, outbox, p)
 	}
 	type partRow struct {
 		ready, waiting               sql.NullInt64
@@ -354,7 +372,11 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 		for _, ph := range ps {
 			ph.Dead = &count{Exact: true}
 		}
-		err = s.query(ctx, `SELECT part, COUNT(*) FROM `+s.limited("part", "outbox = ? AND state = 2", s.deadOrder(), sampleCap)+` GROUP BY part`, []any{outbox},
+		args := []any{outbox}
+		if n == 2 {
+			args = append(args, outbox)
+		}
+		err = s.query(ctx, `SELECT part, COUNT(*) FROM `+s.limited("part", deadCond, s.deadOrder(), sampleCap)+` GROUP BY part`, args,
 			func(scan func(...any) error) error {
 				var p int
 				var n int64
