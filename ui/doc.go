@@ -25,15 +25,30 @@
 // Content-Security-Policy that allows no inline script and nothing from other origins;
 // the stylesheet and the one small script (auto-refresh) are embedded in the binary, and
 // every page works without JavaScript. Every POST carries a CSRF token tied to a cookie
-// and is refused from another origin. In read-only mode the pages show no actions and
-// the server refuses every POST with 403, whatever it carries.
+// and is refused from another origin; the cookie is Secure on requests over TLS, and on
+// every request with Config.SecureCookie (set it behind a proxy that terminates TLS). In
+// read-only mode the pages show no actions and the server refuses every POST with 403,
+// whatever it carries.
 //
 // # Cost
 //
-// Lists use keyset pagination (by message ID, never OFFSET) over the indexes the
-// migration creates. The overview counts each outbox's backlog (core.Outboxer.Health):
-// proportional to the backlog, so the page refreshes every RefreshInterval, not faster.
-// Bulk actions over a filter work in batches of BatchSize and change only the messages
-// the confirmation page counted, those of them the filter still selects (over more than
-// 10000 messages: none newer than the newest counted).
+// Every page reads a bounded part of the indexes the migration creates, so it costs about
+// the same on a backlog of a thousand messages or of millions. Lists use keyset
+// pagination (by message ID, never OFFSET). The overview and an outbox's page do not call
+// core.Outboxer.Health, which reads every pending row: in three statements per outbox,
+// they count pending, dead and recently delivered messages on their indexes up to 10000
+// (without reading the rows; on an outbox's page, 10000 shared among its partitions),
+// read the retrying and scheduled messages from 1000 waiting or held rows at most, the
+// blocked groups from 1000 rows, and the dead of each partition only when there are at
+// most 1000. A figure above its bound is shown as a lower bound, "10000+", and the page
+// says so. The age of the oldest due message comes from index probes: the first ready
+// message of each partition (the lowest ID, which the relay delivers first), the first
+// waiting message when it is past due, and the waiting and held messages read (a failed
+// one counts from its publication, as Health counts it); it is Health's OldestAge unless
+// a message scheduled earlier became due after a later one of its partition, or more
+// waiting messages exist than were read (then it is shown as a lower bound, "5m+").
+// Leases and pause states are read in full (a row per partition). Bulk actions over a
+// filter work in batches of BatchSize and change only the messages the confirmation page
+// counted, those of them the filter still selects (over more than 10000 messages: none
+// newer than the newest counted).
 package outboxerui

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -18,8 +19,6 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/outboxer-go/outboxer/core"
 )
 
 // page is what every page's template receives.
@@ -245,7 +244,8 @@ func plural(n int64, word string) string {
 
 // overviewData is the overview page.
 type overviewData struct {
-	Instances []instanceView
+	Instances      []instanceView
+	Cap, SampleCap int // see countCap
 }
 
 type instanceView struct {
@@ -253,18 +253,12 @@ type instanceView struct {
 	Table    string
 	Err      string
 	At       time.Time
-	Outboxes []outboxView
-}
-
-type outboxView struct {
-	core.OutboxHealth
-	Delivered5m int64
-	Owned       int
+	Outboxes []outboxStats
 }
 
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	var d overviewData
+	d := overviewData{Cap: countCap, SampleCap: sampleCap}
 	for _, s := range h.stores {
 		iv := instanceView{Name: s.name, Table: s.msgs}
 		if err := h.readInstance(ctx, s, &iv); err != nil {
@@ -280,26 +274,28 @@ func (h *handler) readInstance(ctx context.Context, s *store, iv *instanceView) 
 	if err != nil || len(boxes) == 0 {
 		return err
 	}
-	ob, err := s.admin(boxes)
+	leases, _, err := s.readLeases(ctx)
 	if err != nil {
 		return err
 	}
-	health, err := ob.Health(ctx)
-	if err != nil {
-		return err
-	}
-	iv.At = health.At
-	for _, oh := range health.Outboxes {
-		v := outboxView{OutboxHealth: oh}
-		for _, n := range oh.Owners {
-			v.Owned += n
-		}
-		if v.Delivered5m, err = s.deliveredSince(ctx, oh.Outbox, 5*time.Minute); err != nil {
+	for _, name := range slices.Sorted(maps.Keys(boxes)) {
+		st, err := s.readStats(ctx, name, configured(boxes[name]), leases[name], false)
+		if err != nil {
 			return err
 		}
-		iv.Outboxes = append(iv.Outboxes, v)
+		iv.At = st.At
+		iv.Outboxes = append(iv.Outboxes, st)
 	}
 	return nil
+}
+
+// configured lists the partitions of an outbox of n partitions.
+func configured(n int) []int {
+	ps := make([]int, max(n, 1))
+	for i := range ps {
+		ps[i] = i
+	}
+	return ps
 }
 
 var errNotFound = errors.New("not found")
@@ -343,10 +339,11 @@ func (h *handler) picked(w http.ResponseWriter, r *http.Request, q url.Values) (
 }
 
 type outboxData struct {
-	Instance string
-	Outbox   core.OutboxHealth
-	Blocked  []blocked
-	More     bool
+	Instance       string
+	Outbox         outboxStats
+	Blocked        []blocked
+	More           bool
+	Cap, SampleCap int // see countCap
 }
 
 func (h *handler) outbox(w http.ResponseWriter, r *http.Request) {
@@ -355,12 +352,12 @@ func (h *handler) outbox(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ob, err := s.admin(boxes)
+	leases, _, err := s.readLeases(ctx)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	health, err := ob.Health(ctx, o)
+	st, err := s.readStats(ctx, o, configured(boxes[o]), leases[o], true)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -371,7 +368,7 @@ func (h *handler) outbox(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	d := outboxData{Instance: s.name, Outbox: health.Outboxes[0], Blocked: bl}
+	d := outboxData{Instance: s.name, Outbox: st, Blocked: bl, Cap: countCap, SampleCap: sampleCap}
 	if len(bl) > most {
 		d.Blocked, d.More = bl[:most], true
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/internal/dbtime"
 )
 
 // The values of the state column (core.StoredPendingStates lists the pending ones).
@@ -93,40 +94,12 @@ func (s *store) minus() string {
 	return `(now() - ?::bigint * interval '1 microsecond')`
 }
 
-// timeCol selects a time column so that dbTime scans it.
+// timeCol selects a time column so that dbtime.Time scans it.
 func (s *store) timeCol(col string) string {
 	if s.dialect == core.MySQL {
 		return `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ` + col + `)`
 	}
 	return col
-}
-
-// dbTime scans a time column: a time.Time (PostgreSQL) or microseconds since the epoch
-// (SQLite, and MySQL through timeCol). NULL is the zero time.
-type dbTime struct{ time.Time }
-
-func (t *dbTime) Scan(v any) error {
-	switch x := v.(type) {
-	case nil:
-		t.Time = time.Time{}
-	case time.Time:
-		t.Time = x
-	case int64:
-		t.Time = time.UnixMicro(x).UTC()
-	case float64:
-		t.Time = time.UnixMicro(int64(x)).UTC()
-	case []byte:
-		return t.Scan(string(x))
-	case string:
-		f, err := strconv.ParseFloat(x, 64)
-		if err != nil {
-			return fmt.Errorf("outboxerui: time column %q: %w", x, err)
-		}
-		t.Time = time.UnixMicro(int64(f)).UTC()
-	default:
-		return fmt.Errorf("outboxerui: time column of type %T", v)
-	}
-	return nil
 }
 
 func (s *store) query(ctx context.Context, q string, args []any, row func(scan func(...any) error) error) error {
@@ -160,34 +133,33 @@ func (s *store) outboxes(ctx context.Context) (map[string]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outboxerui: read the outboxes of %s: %w", s.msgs, err)
 	}
-	var qs []string
-	if s.dialect == core.MySQL {
-		qs = []string{`SELECT DISTINCT outbox FROM ` + s.msgs}
-	} else {
-		for _, pred := range []string{"state = 0", "state = 1", "state = 2", "state IN (3, 4)"} {
-			qs = append(qs, `WITH RECURSIVE t(o) AS (SELECT MIN(outbox) FROM `+s.msgs+` WHERE `+pred+
-				` UNION ALL SELECT (SELECT MIN(outbox) FROM `+s.msgs+` WHERE `+pred+` AND outbox > t.o) FROM t WHERE t.o IS NOT NULL)`+
-				` SELECT o FROM t WHERE o IS NOT NULL`)
+	q := `SELECT DISTINCT outbox FROM ` + s.msgs
+	if s.dialect != core.MySQL {
+		var ctes, sels []string
+		for i, pred := range []string{"state = 0", "state = 1", "state = 2", "state IN (3, 4)"} {
+			t := "t" + strconv.Itoa(i)
+			ctes = append(ctes, t+`(o) AS (SELECT MIN(outbox) FROM `+s.msgs+` WHERE `+pred+
+				` UNION ALL SELECT (SELECT MIN(outbox) FROM `+s.msgs+` WHERE `+pred+` AND outbox > `+t+`.o) FROM `+t+` WHERE `+t+`.o IS NOT NULL)`)
+			sels = append(sels, `SELECT o FROM `+t+` WHERE o IS NOT NULL`)
 		}
+		q = `WITH RECURSIVE ` + strings.Join(ctes, ", ") + ` ` + strings.Join(sels, " UNION ")
 	}
-	for _, q := range qs {
-		err := s.query(ctx, q, nil, func(scan func(...any) error) error {
-			var name string
-			if err := scan(&name); err != nil {
-				return err
-			}
-			found[name] = max(found[name], 1)
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("outboxerui: read the outboxes of %s: %w", s.msgs, err)
+	err = s.query(ctx, q, nil, func(scan func(...any) error) error {
+		var name string
+		if err := scan(&name); err != nil {
+			return err
 		}
+		found[name] = max(found[name], 1)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outboxerui: read the outboxes of %s: %w", s.msgs, err)
 	}
 	return found, nil
 }
 
 // admin returns a publish-only core instance over the outboxes, for the core's admin
-// operations (Health, RetryDead, Discard, Pause, Resume).
+// operations (RetryDead, Discard, Pause, Resume).
 func (s *store) admin(outboxes map[string]int) (*core.Outboxer, error) {
 	cfg := core.Config{
 		Name:        "outboxer-ui",
@@ -336,7 +308,7 @@ func (s *store) rowCols() string {
 
 func scanRow(scan func(...any) error) (row, error) {
 	var r row
-	var created, available dbTime
+	var created, available dbtime.Time
 	if err := scan(&r.ID, &r.Type, &r.Group, &r.Partition, &r.Size, &r.Preview, &r.State, &r.Attempts, &r.LastError, &created, &available); err != nil {
 		return row{}, err
 	}
@@ -429,7 +401,7 @@ type message struct {
 // message reads one message of outbox; found is false when there is none with that ID.
 func (s *store) message(ctx context.Context, outbox string, id int64) (m message, found bool, err error) {
 	var headers, lastError sql.NullString
-	var created, available, delivered dbTime
+	var created, available, delivered dbtime.Time
 	err = s.db.QueryRowContext(ctx, s.p(`SELECT id, outbox, type, group_key, part, payload, headers, state, attempts, last_error, `+
 		s.timeCol("created_at")+`, `+s.timeCol("available_at")+`, `+s.timeCol("delivered_at")+
 		` FROM `+s.msgs+` WHERE outbox = ? AND id = ?`), outbox, id).
@@ -484,11 +456,19 @@ type blocked struct {
 }
 
 // blockedGroups returns up to limit groups of the outbox that wait behind a message
-// (waiting for a retry or scheduled), the longest blocked first, with that message.
+// (waiting for a retry or scheduled), the longest blocked first, with that message. It
+// reads at most sampleCap+1 waiting and held messages, by partition and group: when the
+// outbox has more (outboxStats.AllWaitingRead is false), the groups are the longest
+// blocked among those read, and the count behind the last group read may be short.
 func (s *store) blockedGroups(ctx context.Context, outbox string, limit int) ([]blocked, error) {
 	var out []blocked
 	var ids []any
-	err := s.query(ctx, `SELECT part, group_key, MIN(id), COUNT(*) FROM `+s.msgs+` WHERE outbox = ? AND state IN (3, 4)`+
+	order := "part, group_key, id"
+	if s.dialect == core.MySQL {
+		order = "part, group_key, state, id" // the order of its index of blocking rows
+	}
+	err := s.query(ctx, `SELECT part, group_key, MIN(id), COUNT(*) FROM `+
+		`(SELECT part, group_key, id, state FROM `+s.msgs+` WHERE outbox = ? AND state IN (3, 4) ORDER BY `+order+` LIMIT `+strconv.Itoa(sampleCap+1)+`) t`+
 		` GROUP BY part, group_key HAVING group_key <> '' OR SUM(CASE WHEN state = 4 THEN 1 ELSE 0 END) > 0 ORDER BY MIN(id) LIMIT ?`,
 		[]any{outbox, limit}, func(scan func(...any) error) error {
 			var b blocked
@@ -501,11 +481,11 @@ func (s *store) blockedGroups(ctx context.Context, outbox string, limit int) ([]
 			ids = append(ids, b.Blocking.ID)
 			return nil
 		})
-	if err != nil || len(out) == 0 {
-		if err != nil {
-			err = fmt.Errorf("outboxerui: read the blocked groups of %q: %w", outbox, err)
-		}
-		return out, err
+	if err != nil {
+		return nil, fmt.Errorf("outboxerui: read the blocked groups of %q: %w", outbox, err)
+	}
+	if len(out) == 0 {
+		return nil, nil
 	}
 	byID := map[int64]row{}
 	err = s.query(ctx, `SELECT `+s.rowCols()+` FROM `+s.msgs+` WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, ids,
@@ -521,18 +501,6 @@ func (s *store) blockedGroups(ctx context.Context, outbox string, limit int) ([]
 		out[i].Blocking = byID[out[i].Blocking.ID]
 	}
 	return out, nil
-}
-
-// deliveredSince counts the messages of outbox delivered in the last d, among those kept
-// (core.KeepFor); without retention, delivered messages are deleted and this is 0.
-func (s *store) deliveredSince(ctx context.Context, outbox string, d time.Duration) (int64, error) {
-	var n int64
-	err := s.db.QueryRowContext(ctx, s.p(`SELECT COUNT(*) FROM `+s.msgs+` WHERE outbox = ? AND state = 1 AND delivered_at > `+s.minus()),
-		outbox, d.Microseconds()).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("outboxerui: count delivered messages of %q: %w", outbox, err)
-	}
-	return n, nil
 }
 
 // retryNow makes the waiting messages among ids due at once: they are delivered at the

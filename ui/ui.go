@@ -44,6 +44,12 @@ type Config struct {
 	// stay valid for the life of the handler, on this process only. Set the same key
 	// (at least 32 bytes) on every replica behind a load balancer.
 	CSRFKey []byte
+	// SecureCookie marks the CSRF cookie Secure on every response, so that browsers
+	// send it over HTTPS only. Set it when the dashboard is reached over HTTPS through
+	// a proxy that terminates TLS: the handler then sees plain HTTP and cannot tell.
+	// When false (the default, which keeps a plain-HTTP dashboard on loopback working),
+	// the cookie is Secure only on requests that reached this server over TLS.
+	SecureCookie bool
 }
 
 // Instance is one outbox table.
@@ -230,7 +236,8 @@ func (h *handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
 		// to the dashboard from another site (an alert), so a new one would replace it
 		// and the forms of the tabs already open would fail their token. Lax still keeps
 		// it off other sites' POSTs, which need the token anyway.
-		http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: id, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
+		http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: id, HttpOnly: true, SameSite: http.SameSiteLaxMode,
+			Secure: h.cfg.SecureCookie || r.TLS != nil})
 	}
 	return h.sign(id)
 }

@@ -3,6 +3,8 @@ package outboxerui
 import (
 	"database/sql"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -86,5 +88,39 @@ func TestLikeEscape(t *testing.T) {
 func TestLinkKeepsNamesThatLookLikeZero(t *testing.T) {
 	if got := link("outbox", "i", "main", "o", "0", "after", int64(0), "group", ""); got != "outbox?i=main&o=0" {
 		t.Fatalf("link: %q", got)
+	}
+}
+
+// TestSecureCookie checks when the CSRF cookie is Secure: on a request over TLS, and on
+// every request with Config.SecureCookie (a dashboard behind a proxy that terminates TLS
+// sees plain HTTP).
+func TestSecureCookie(t *testing.T) {
+	db := &sql.DB{} // never used: the page asked for names no instance
+	for _, c := range []struct {
+		secureCookie bool
+		url          string
+		want         bool
+	}{
+		{false, "http://dash.test/messages?i=none", false},
+		{false, "https://dash.test/messages?i=none", true},
+		{true, "http://dash.test/messages?i=none", true},
+		{true, "https://dash.test/messages?i=none", true},
+	} {
+		h, err := New(Config{Instances: []Instance{{Name: "a", DB: db, Dialect: core.Postgres}}, SecureCookie: c.secureCookie})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, c.url, nil))
+		if rec.Code != http.StatusNotFound {
+			t.Fatalf("GET %s: %d, want 404 (no such instance)", c.url, rec.Code)
+		}
+		cookies := rec.Result().Cookies()
+		if len(cookies) != 1 || cookies[0].Name != csrfCookie {
+			t.Fatalf("GET %s: cookies %v, want the CSRF cookie", c.url, cookies)
+		}
+		if cookies[0].Secure != c.want || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteLaxMode {
+			t.Errorf("SecureCookie %v, GET %s: cookie %+v, want Secure %v, HttpOnly, SameSite=Lax", c.secureCookie, c.url, cookies[0], c.want)
+		}
 	}
 }
