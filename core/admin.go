@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/outboxer-go/outboxer/core/internal/dialect"
+	"github.com/outboxer-go/outboxer/internal/dbtime"
 )
 
 // Counts is the number of messages of an outbox by state.
@@ -88,8 +89,8 @@ func scanEnvelope(scan func(...any) error) (Envelope, error) {
 		headers   *string
 		lastError *string
 		state     int
-		created   dbTime
-		available dbTime
+		created   dbtime.Time
+		available dbtime.Time
 	)
 	if err := scan(&e.ID, &e.Outbox, &e.Type, &e.GroupKey, &e.Partition, &e.Payload, &headers, &state,
 		&e.Attempts, &lastError, &created, &available); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxer-go/outboxer/core/internal/dialect"
+	"github.com/outboxer-go/outboxer/internal/dbtime"
 )
 
 // Health is what the database says about the outboxes of an instance at one moment: how
@@ -176,7 +177,7 @@ func (o *Outboxer) outboxHealth(ctx context.Context, ob *box) (OutboxHealth, tim
 			state                  int
 			p                      int
 			n, retrying, scheduled int64
-			oldest, dbNow          dbTime
+			oldest, dbNow          dbtime.Time
 		)
 		if err := scan(&state, &p, &n, &retrying, &scheduled, &oldest, &dbNow); err != nil {
 			return err
@@ -201,9 +202,9 @@ func (o *Outboxer) outboxHealth(ctx context.Context, ob *box) (OutboxHealth, tim
 			p       int
 			owner   string
 			token   int64
-			expires dbTime
+			expires dbtime.Time
 			paused  bool
-			dbNow   dbTime
+			dbNow   dbtime.Time
 		)
 		if err := scan(&p, &owner, &token, &expires, &paused, &dbNow); err != nil {
 			return err

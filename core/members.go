@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxer-go/outboxer/core/internal/dialect"
+	"github.com/outboxer-go/outboxer/internal/dbtime"
 )
 
 // Relay nodes share each outbox's partitions.
@@ -377,7 +378,7 @@ func (o *Outboxer) liveNodes(ctx context.Context, ob *box) ([]node, error) {
 	err := queryRows(ctx, o.cfg.DB, ob.sql.LiveNodes, []any{ob.name}, func(scan func(...any) error) error {
 		var (
 			n                  node
-			joined, seen, when dbTime
+			joined, seen, when dbtime.Time
 		)
 		if err := scan(&n.name, &n.max, &joined, &seen, &when); err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxer-go/outboxer/core/internal/dialect"
+	"github.com/outboxer-go/outboxer/internal/dbtime"
 	"github.com/outboxer-go/outboxer/internal/nilhandle"
 )
 
@@ -403,7 +404,7 @@ func (o *Outboxer) insert(ctx context.Context, db Executor, rows []row) error {
 	}
 	type ret struct {
 		id             int64
-		created, avail dbTime
+		created, avail dbtime.Time
 	}
 	got := make([]ret, 0, len(rows))
 	var ignored sql.NullBool

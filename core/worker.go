@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxer-go/outboxer/core/internal/dialect"
+	"github.com/outboxer-go/outboxer/internal/dbtime"
 )
 
 // worker delivers one partition of one outbox. At most one worker in the whole cluster
@@ -248,7 +249,7 @@ func (w *worker) fetch(ctx context.Context) (batch []Envelope, behind []int64, f
 	err = queryRows(ctx, exec, q, args, func(scan func(...any) error) error {
 		var (
 			back  bool
-			dbNow dbTime
+			dbNow dbtime.Time
 		)
 		e, err := w.scanFetched(scan, &back, &dbNow)
 		var he *headersError
@@ -368,13 +369,13 @@ func (w *worker) releaseHeld(ctx context.Context, tx *sql.Tx, groups []string) e
 // scanFetched reads a row of the fetch query: only the columns the worker does not know
 // already (the outbox, the partition and the state are its own), as scanning is most of
 // a fetch's cost in Go.
-func (w *worker) scanFetched(scan func(...any) error, behind *bool, dbNow *dbTime) (Envelope, error) {
+func (w *worker) scanFetched(scan func(...any) error, behind *bool, dbNow *dbtime.Time) (Envelope, error) {
 	var (
 		e         Envelope
 		headers   *string
 		lastError *string
-		created   dbTime
-		available dbTime
+		created   dbtime.Time
+		available dbtime.Time
 	)
 	if err := scan(&e.ID, &e.Type, &e.GroupKey, &e.Payload, &headers, &e.Attempts, &lastError, &created, &available, behind, dbNow); err != nil {
 		return Envelope{}, err
