@@ -112,8 +112,8 @@ func (f *figs) set(ids []int64, state, attempts int, availableIn time.Duration) 
 	at := f.at(availableIn)
 	for len(ids) > 0 {
 		k := min(len(ids), 500)
-		f.exec(`UPDATE `+figTable+` SET state = `+strconv.Itoa(state)+`, attempts = `+strconv.Itoa(attempts)+
-			`, available_at = `+at+` WHERE id IN (`+strings.Join(ids2s(ids[:k]), ",")+`)`)
+		f.exec(`UPDATE ` + figTable + ` SET state = ` + strconv.Itoa(state) + `, attempts = ` + strconv.Itoa(attempts) +
+			`, available_at = ` + at + ` WHERE id IN (` + strings.Join(ids2s(ids[:k]), ",") + `)`)
 		ids = ids[k:]
 	}
 }
