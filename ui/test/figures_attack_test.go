@@ -784,3 +784,28 @@ func TestAttackFiguresOfDelivered(t *testing.T) {
 		f.checkAll("k")
 	})
 }
+
+// TestAttackFiguresOfWaitingAndDeadAtTheCountBound: 10000 then 10001 messages waiting for
+// a retry, then as many dead, in two partitions.
+func TestAttackFiguresOfWaitingAndDeadAtTheCountBound(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		f := newFigs(t, db, map[string]core.OutboxConfig{"x": {Partitions: 2}, "y": {Partitions: 1}})
+		ids := f.publish("x", 10_001)
+		f.publish("y", 1)
+		f.set(ids[:10_000], 3, 1, time.Hour)
+		f.checkAll("x")
+		f.set(ids[10_000:], 3, 1, time.Hour)
+		f.checkAll("x")
+		if got := f.overview()["x"].Pending.Text; got != "10000+" {
+			t.Errorf("overview: 10001 waiting shown %q pending, want 10000+", got)
+		}
+		f.set(ids[:10_000], 2, 1, 0)
+		f.checkAll("x")
+		f.set(ids[10_000:], 2, 1, 0)
+		f.checkAll("x")
+		f.checkAll("y")
+		if got := f.overview()["x"].Dead.Text; got != "10000+" {
+			t.Errorf("overview: 10001 dead shown %q, want 10000+", got)
+		}
+	})
+}
