@@ -41,12 +41,13 @@
 // read the retrying and scheduled messages from 1000 waiting or held rows at most, the
 // blocked groups from 1000 rows, and the dead of each partition only when there are at
 // most 1000. A figure above its bound is shown as a lower bound, "10000+", and the page
-// says so. The age of the oldest due message comes from index probes: the first ready
-// message of each partition (the lowest ID, which the relay delivers first), the first
+// says so. The age of the oldest due message comes from index probes: the first 100
+// ready messages of each partition (by ID, the order the relay delivers them), the first
 // waiting message when it is past due, and the waiting and held messages read (a failed
-// one counts from its publication, as Health counts it); it is Health's OldestAge unless
-// a message scheduled earlier became due after a later one of its partition, or more
-// waiting messages exist than were read (then it is shown as a lower bound, "5m+").
+// one counts from its publication, as Health counts it). It is Health's OldestAge when
+// every ready and waiting message of the outbox was read; otherwise it is shown as a
+// lower bound, "5m+" (a message retried or scheduled, due later than those after it, can
+// head a partition's line, so the first messages alone cannot tell the oldest).
 // Leases and pause states are read in full (a row per partition). Bulk actions over a
 // filter work in batches of BatchSize and change only the messages the confirmation page
 // counted, those of them the filter still selects (over more than 10000 messages: none

@@ -22,6 +22,8 @@ import (
 const (
 	countCap  = 10_000
 	sampleCap = 1_000
+	// headRows bounds the ready messages of a partition read for the oldest due one.
+	headRows = 100
 )
 
 // count is a number of messages read with a bound: N exactly, or at least N when Exact
@@ -325,7 +327,8 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 			countOf("outbox = ? AND part = ? AND state IN (3, 4)", s.waitingOrder(), countPerPart)
 	}
 	one := `SELECT %d AS part, ` + counts + `, ` +
-		`(SELECT ` + s.timeCol(due) + ` FROM ` + s.msgs + ` WHERE ` + partRange + ` AND state = 0 ORDER BY part, id LIMIT 1) AS head, ` +
+		`(SELECT ` + s.timeCol(`MIN(d)`) + ` FROM ` + s.limited(due+` AS d`, partRange+` AND state = 0`, "part, id", headRows) + `) AS head, ` +
+		`(SELECT COUNT(*) FROM ` + s.limited(`1`, partRange+` AND state = 0`, "part, id", headRows) + `) AS headn, ` +
 		`(SELECT ` + s.timeCol(`MIN(available_at)`) + ` FROM ` + s.msgs + ` WHERE outbox = ? AND part = ? AND state = 3) AS next, ` +
 		`y.n, y.retrying, y.scheduled, y.since, ` + s.timeCol(s.now()) + ` AS at FROM (SELECT COUNT(*) AS n, ` +
 		`COALESCE(SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END), 0) AS retrying, ` +
@@ -335,6 +338,7 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 	type partRow struct {
 		ready, waiting               sql.NullInt64
 		head, next, since, at        dbtime.Time
+		headRead                     int64
 		sampled, retrying, scheduled int64
 	}
 	rows := map[int]partRow{}
@@ -349,12 +353,12 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 			if byPartition {
 				args = append(args, outbox, p, p, outbox, p)
 			}
-			args = append(args, outbox, p, p, outbox, p, outbox, p)
+			args = append(args, outbox, p, p, outbox, p, p, outbox, p, outbox, p)
 		}
 		err = s.query(ctx, strings.Join(stmts, " UNION ALL "), args, func(scan func(...any) error) error {
 			var p int
 			var r partRow
-			err := scan(&p, &r.ready, &r.waiting, &r.head, &r.next, &r.sampled, &r.retrying, &r.scheduled, &r.since, &r.at)
+			err := scan(&p, &r.ready, &r.waiting, &r.head, &r.headRead, &r.next, &r.sampled, &r.retrying, &r.scheduled, &r.since, &r.at)
 			rows[p] = r
 			if st.At.IsZero() || r.at.After(st.At) {
 				st.At = r.at.Time
@@ -398,7 +402,7 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 		}
 	}
 
-	st.AllWaitingRead = true
+	st.AllWaitingRead, st.OldestAge.Exact = true, true
 	st.Pending = capped(ready.Int64, countCap).add(capped(waiting.Int64, countCap))
 	if byPartition {
 		st.Pending = exact(0)
@@ -408,6 +412,11 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 		ph, r := ps[p], rows[p]
 		all := r.sampled <= int64(perPart)
 		st.AllWaitingRead = st.AllWaitingRead && all
+		// The oldest due ready message is one of those read: all of them, or the age
+		// is a lower bound (a message retried or delayed, due later than the one after
+		// it, can head the line).
+		ph.OldestAge.Exact = r.headRead <= headRows
+		st.OldestAge.Exact = st.OldestAge.Exact && ph.OldestAge.Exact
 		ph.Retrying, ph.Scheduled = count{N: r.retrying, Exact: all}, count{N: r.scheduled, Exact: all}
 		ph.OldestAge.D = max(wait(r.head), wait(r.since))
 		if !r.next.IsZero() && !r.next.After(r.at.Time) {
@@ -431,9 +440,9 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 			st.Unowned = append(st.Unowned, p)
 		}
 	}
-	st.OldestAge.Exact = st.AllWaitingRead
+	st.OldestAge.Exact = st.OldestAge.Exact && st.AllWaitingRead
 	for _, p := range slices.Sorted(maps.Keys(ps)) {
-		ps[p].OldestAge.Exact = st.AllWaitingRead
+		ps[p].OldestAge.Exact = ps[p].OldestAge.Exact && st.AllWaitingRead
 		st.Partitions = append(st.Partitions, *ps[p])
 	}
 	return st, nil

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -683,14 +682,6 @@ func TestAttackFiguresOfDeadOnlyPartition(t *testing.T) {
 	})
 }
 
-// knownBroken skips a test of a bug the lead will fix, unless OUTBOXER_KNOWN_BROKEN is set.
-func knownBroken(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("OUTBOXER_KNOWN_BROKEN") == "" {
-		t.Skip("known broken: " + what)
-	}
-}
-
 // TestAttackFiguresOfManyPartitions: an outbox of 600 partitions (core allows 1024), each
 // holding messages: both pages answer, with true figures.
 func TestAttackFiguresOfManyPartitions(t *testing.T) {
@@ -740,8 +731,6 @@ func BenchmarkFiguresOfManyPartitions(b *testing.B) {
 // partition). Messages published an hour ago still wait behind it: the oldest due is an
 // hour, as core.Health says, not the seconds since the retry shown as exact.
 func TestAttackFiguresOfARetriedDeadMessage(t *testing.T) {
-	knownBroken(t, "the oldest due of a partition is read from its lowest-ID ready message only; a dead message retried "+
-		"(attempts 0, available_at now) heads its partition, and the page shows seconds, as exact, while messages behind it waited an hour")
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
 		f := newFigs(t, db, map[string]core.OutboxConfig{"r": {Partitions: 1}})
 		ids := f.publish("r", 4)
