@@ -15,7 +15,6 @@ package dbtest_test
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
 	"errors"
@@ -38,8 +37,7 @@ func TestBacklogRoundReadsNoBacklog(t *testing.T) {
 			table = "round_backlog"
 		)
 		log := &statementLog{}
-		handle := sql.OpenDB(&loggingConnector{drv: db.DB.Driver(), dsn: db.DSN, log: log})
-		t.Cleanup(func() { handle.Close() })
+		handle := dbtest.Hooked(t, db, func(_ context.Context, s dbtest.Statement) { log.add(s.Query, s.Args) }).DB
 		rec := &recorder{}
 		rec.Fail = func(batch []core.Envelope) error {
 			for _, e := range batch {
@@ -298,60 +296,4 @@ func (l *statementLog) distinct(table string) []loggedStatement {
 		out = append(out, s)
 	}
 	return out
-}
-
-// loggingConnector opens connections of a driver that log what they send.
-type loggingConnector struct {
-	drv driver.Driver
-	dsn string
-	log *statementLog
-}
-
-func (c *loggingConnector) Connect(context.Context) (driver.Conn, error) {
-	conn, err := c.drv.Open(c.dsn)
-	if err != nil {
-		return nil, err
-	}
-	return &loggingConn{Conn: conn, log: c.log}, nil
-}
-
-func (c *loggingConnector) Driver() driver.Driver { return c.drv }
-
-type loggingConn struct {
-	driver.Conn
-	log *statementLog
-}
-
-func (c *loggingConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	c.log.add(q, args)
-	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
-}
-
-func (c *loggingConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	c.log.add(q, args)
-	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
-}
-
-func (c *loggingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
-}
-
-func (c *loggingConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	return c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
-}
-
-func (c *loggingConn) Ping(ctx context.Context) error { return c.Conn.(driver.Pinger).Ping(ctx) }
-
-func (c *loggingConn) CheckNamedValue(v *driver.NamedValue) error {
-	if nc, ok := c.Conn.(driver.NamedValueChecker); ok {
-		return nc.CheckNamedValue(v)
-	}
-	return driver.ErrSkip
-}
-
-func (c *loggingConn) ResetSession(ctx context.Context) error {
-	if rs, ok := c.Conn.(driver.SessionResetter); ok {
-		return rs.ResetSession(ctx)
-	}
-	return nil
 }

@@ -327,7 +327,8 @@ func TestPauseHoldsWhatIsPublishedAfterIt(t *testing.T) {
 			release     = make(chan struct{})
 			releaseOnce = sync.OnceFunc(func() { released.Store(true); close(release) })
 		)
-		hooked := hookedDB(t, db, func(ctx context.Context, q string) {
+		hooked := dbtest.Hooked(t, db, func(ctx context.Context, s dbtest.Statement) {
+			q := s.Query
 			switch {
 			case strings.HasPrefix(q, "SELECT id, type, group_key, payload") && stall.CompareAndSwap(true, false):
 				close(reached)

@@ -2,7 +2,6 @@ package uitest
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -138,8 +137,7 @@ func BenchmarkPages(b *testing.B) {
 	// The floor of the overview and the outbox page: the statements one request sends
 	// (recorded), run one after the other on the same pool without the handler.
 	rec := &recorder{}
-	recDB := sql.OpenDB(&recConnector{drv: db.DB.Driver(), dsn: db.DSN, rec: rec})
-	defer recDB.Close()
+	recDB := dbtest.Hooked(b, db, rec.add).DB
 	recH, err := outboxerui.New(outboxerui.Config{Instances: []outboxerui.Instance{{Name: "main", DB: recDB, Dialect: core.Postgres}}})
 	if err != nil {
 		b.Fatal(err)

@@ -2,8 +2,6 @@ package uitest
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"regexp"
 	"strconv"
 	"strings"
@@ -26,14 +24,14 @@ type recorded struct {
 	args  []any
 }
 
-func (r *recorder) add(q string, args []driver.NamedValue) {
+func (r *recorder) add(_ context.Context, s dbtest.Statement) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a := make([]any, len(args))
-	for i, v := range args {
+	a := make([]any, len(s.Args))
+	for i, v := range s.Args {
 		a[i] = v.Value
 	}
-	r.stmts = append(r.stmts, recorded{q, a})
+	r.stmts = append(r.stmts, recorded{s.Query, a})
 }
 
 func (r *recorder) take() []recorded {
@@ -42,62 +40,6 @@ func (r *recorder) take() []recorded {
 	out := r.stmts
 	r.stmts = nil
 	return out
-}
-
-// recConnector opens connections of a driver that record what they run.
-type recConnector struct {
-	drv driver.Driver
-	dsn string
-	rec *recorder
-}
-
-func (c *recConnector) Connect(context.Context) (driver.Conn, error) {
-	conn, err := c.drv.Open(c.dsn)
-	if err != nil {
-		return nil, err
-	}
-	return &recConn{Conn: conn, rec: c.rec}, nil
-}
-
-func (c *recConnector) Driver() driver.Driver { return c.drv }
-
-type recConn struct {
-	driver.Conn
-	rec *recorder
-}
-
-func (c *recConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	c.rec.add(q, args)
-	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
-}
-
-func (c *recConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	c.rec.add(q, args)
-	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
-}
-
-func (c *recConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
-}
-
-func (c *recConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	return c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
-}
-
-func (c *recConn) Ping(ctx context.Context) error { return c.Conn.(driver.Pinger).Ping(ctx) }
-
-func (c *recConn) CheckNamedValue(v *driver.NamedValue) error {
-	if nc, ok := c.Conn.(driver.NamedValueChecker); ok {
-		return nc.CheckNamedValue(v)
-	}
-	return driver.ErrSkip
-}
-
-func (c *recConn) ResetSession(ctx context.Context) error {
-	if rs, ok := c.Conn.(driver.SessionResetter); ok {
-		return rs.ResetSession(ctx)
-	}
-	return nil
 }
 
 // bulkFixture is the fixture with 100,000 more messages on PostgreSQL, over three
@@ -131,8 +73,7 @@ func bulkFixture(t *testing.T) (*fixture, *recorder, int64) {
 		t.Fatal(err)
 	}
 	rec := &recorder{}
-	recDB := sql.OpenDB(&recConnector{drv: db.DB.Driver(), dsn: db.DSN, rec: rec})
-	t.Cleanup(func() { recDB.Close() })
+	recDB := dbtest.Hooked(t, db, rec.add).DB
 	h, err := outboxerui.New(outboxerui.Config{Instances: []outboxerui.Instance{{Name: "main", DB: recDB, Dialect: core.Postgres, Table: table}}})
 	if err != nil {
 		t.Fatal(err)
