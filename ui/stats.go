@@ -327,14 +327,14 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 			countOf("outbox = ? AND part = ? AND state IN (3, 4)", s.waitingOrder(), countPerPart)
 	}
 	one := `SELECT %d AS part, ` + counts + `, ` +
-		`(SELECT ` + s.timeCol(`MIN(d)`) + ` FROM ` + s.limited(due+` AS d`, partRange+` AND state = 0`, "part, id", headRows) + `) AS head, ` +
-		`(SELECT COUNT(*) FROM ` + s.limited(`1`, partRange+` AND state = 0`, "part, id", headRows) + `) AS headn, ` +
+		`h.head, h.n, ` +
 		`(SELECT ` + s.timeCol(`MIN(available_at)`) + ` FROM ` + s.msgs + ` WHERE outbox = ? AND part = ? AND state = 3) AS next, ` +
 		`y.n, y.retrying, y.scheduled, y.since, ` + s.timeCol(s.now()) + ` AS at FROM (SELECT COUNT(*) AS n, ` +
 		`COALESCE(SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END), 0) AS retrying, ` +
 		`COALESCE(SUM(CASE WHEN state = 3 AND attempts = 0 AND available_at > ` + s.now() + ` THEN 1 ELSE 0 END), 0) AS scheduled, ` +
 		s.timeCol(`MIN(`+due+`)`) + ` AS since` +
-		` FROM ` + s.limited("state, attempts, available_at, created_at", "outbox = ? AND part = ? AND state IN (3, 4)", s.waitingOrder(), perPart) + `) y`
+		` FROM ` + s.limited("state, attempts, available_at, created_at", "outbox = ? AND part = ? AND state IN (3, 4)", s.waitingOrder(), perPart) + `) y, ` +
+		`(SELECT ` + s.timeCol(`MIN(d)`) + ` AS head, COUNT(*) AS n FROM ` + s.limited(due+` AS d`, partRange+` AND state = 0`, "part, id", headRows) + `) h`
 	type partRow struct {
 		ready, waiting               sql.NullInt64
 		head, next, since, at        dbtime.Time
@@ -353,7 +353,7 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 			if byPartition {
 				args = append(args, outbox, p, p, outbox, p)
 			}
-			args = append(args, outbox, p, p, outbox, p, p, outbox, p, outbox, p)
+			args = append(args, outbox, p, outbox, p, outbox, p, p)
 		}
 		err = s.query(ctx, strings.Join(stmts, " UNION ALL "), args, func(scan func(...any) error) error {
 			var p int
