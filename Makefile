@@ -13,7 +13,7 @@ export GONOSUMDB := github.com/outboxer-go/outboxer
 # The tools module needs only the standard library; it runs outside the workspace.
 MODTOOL := cd tools && GOWORK=off go run ./modules
 GOTEST ?= go test
-TESTFLAGS ?= -count=1 -timeout 20m
+TESTFLAGS ?= -count=1 -timeout 40m
 # The next Go release, on which CI also builds, vets and runs the root module's and the SQLite tests.
 GO_NEXT ?= go1.27.3
 

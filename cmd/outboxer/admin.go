@@ -406,6 +406,7 @@ type partitionJSON struct {
 
 type nodeJSON struct {
 	Node          string    `json:"node"`
+	Joined        time.Time `json:"joined"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	MaxPartitions int       `json:"max_partitions"`
 	Share         int       `json:"share"`
@@ -489,7 +490,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 			Owners: h.Owners, Unowned: h.Unowned, Partitions: []partitionJSON{}, Nodes: []nodeJSON{},
 		}
 		for _, n := range h.Nodes {
-			st.Nodes = append(st.Nodes, nodeJSON{Node: n.Node, LastHeartbeat: n.LastHeartbeat.UTC(),
+			st.Nodes = append(st.Nodes, nodeJSON{Node: n.Node, Joined: n.Joined.UTC(), LastHeartbeat: n.LastHeartbeat.UTC(),
 				MaxPartitions: n.MaxPartitions, Share: n.Share, Partitions: n.Partitions})
 		}
 		for _, p := range h.Partitions {
@@ -563,7 +564,7 @@ func printStatus(e *env, out []statusJSON) error {
 		return err
 	}
 	fmt.Fprintln(e.stdout)
-	tw = newTable(e.stdout, "OUTBOX", "NODE", "HOLDS", "SHARE", "LAST HEARTBEAT")
+	tw = newTable(e.stdout, "OUTBOX", "NODE", "HOLDS", "SHARE", "JOINED", "LAST HEARTBEAT")
 	nodes := 0
 	for _, st := range out {
 		for _, n := range st.Nodes {
@@ -576,7 +577,7 @@ func printStatus(e *env, out []statusJSON) error {
 			if n.Share < 0 {
 				share = "all it can"
 			}
-			row(tw, st.Outbox, n.Node, orDash(strings.Join(parts, ",")), share, n.LastHeartbeat.Format(time.RFC3339Nano))
+			row(tw, st.Outbox, n.Node, orDash(strings.Join(parts, ",")), share, n.Joined.Format(time.RFC3339Nano), n.LastHeartbeat.Format(time.RFC3339Nano))
 		}
 	}
 	if nodes > 0 {

@@ -60,9 +60,9 @@
 // status reads core's Health: per outbox the backlog, the messages waiting for a retry
 // and those scheduled for later, how long the oldest due message has waited (the lag),
 // the dead messages, the nodes owning partitions and the partitions nobody owns, and the
-// live relay nodes (each with the partitions it holds, its share and its last heartbeat). With
-// --check it also judges it, for cron jobs and probes: it prints the status, then one
-// line per problem on stderr, and exits 4 when there is any.
+// live relay nodes (each with the partitions it holds, its share, when it joined and its
+// last heartbeat). With --check it also judges it, for cron jobs and probes: it prints the
+// status, then one line per problem on stderr, and exits 4 when there is any.
 //
 //	outboxer status --check --max-age 5m                  lag over 5 minutes, any dead message,
 //	                                                      a partition no relay owns

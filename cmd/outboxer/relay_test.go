@@ -266,10 +266,11 @@ func TestRelayDeliversHandWrittenRows(t *testing.T) {
 		// ... and lists it as the one live node, holding both, named by the relay's name.
 		st := decode[[]statusJSON](t, mustRun(t, "status", "--dsn", dsn, "--json"))
 		if n := st[0].Nodes; len(n) != 1 || !strings.HasPrefix(n[0].Node, "outboxer-relay@") || !strings.Contains(n[0].Node, "/"+pid+"/") ||
-			!slices.Equal(n[0].Partitions, []int{0, 1}) || n[0].Share != 2 || n[0].LastHeartbeat.IsZero() {
+			!slices.Equal(n[0].Partitions, []int{0, 1}) || n[0].Share != 2 || n[0].LastHeartbeat.IsZero() ||
+			n[0].Joined.IsZero() || n[0].Joined.After(n[0].LastHeartbeat) {
 			t.Fatalf("status nodes: %+v", n)
 		}
-		if out := mustRun(t, "status", "--dsn", dsn).stdout; !strings.Contains(out, "LAST HEARTBEAT") || !strings.Contains(out, st[0].Nodes[0].Node) {
+		if out := mustRun(t, "status", "--dsn", dsn).stdout; !strings.Contains(out, "JOINED") || !strings.Contains(out, "LAST HEARTBEAT") || !strings.Contains(out, st[0].Nodes[0].Node) {
 			t.Fatalf("status does not list the node:\n%s", out)
 		}
 
