@@ -32,7 +32,7 @@
 //	outboxer pause   --outbox NAME... [--partitions N]
 //	outboxer resume  --outbox NAME...
 //	outboxer relay   --config relay.yaml [--check]
-//	outboxer ui      [--listen 127.0.0.1:8080] [--basic-auth USER:PASS] [--read-only]
+//	outboxer ui      [--listen 127.0.0.1:8080] [--basic-auth USER:PASS] [--read-only] [--secure-cookie]
 //
 // Without --outbox, the read-only commands cover every outbox found in the table (by its
 // messages or its partition rows). An outbox that has neither is unknown: the command
@@ -80,7 +80,9 @@
 // resume after a confirmation page. It listens on 127.0.0.1:8080 unless --listen says
 // otherwise; --basic-auth (or $OUTBOXER_UI_BASIC_AUTH) requires a user and password on
 // every request, and --read-only hides the actions and refuses every change with 403.
-// Serving on a routable address without --basic-auth prints a warning.
+// Behind a proxy that terminates TLS, --secure-cookie marks the CSRF cookie Secure (the
+// dashboard does so by itself when it is served over TLS). Serving on a routable address
+// without --basic-auth prints a warning.
 //
 // # Relay
 //

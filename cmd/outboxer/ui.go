@@ -24,6 +24,7 @@ func runUI(ctx context.Context, e *env, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on (loopback by default: set a routable address only behind auth)")
 	auth := fs.String("basic-auth", "", "require HTTP basic authentication, as user:password (default $OUTBOXER_UI_BASIC_AUTH)")
 	readOnly := fs.Bool("read-only", false, "show no actions and refuse every change (403)")
+	secure := fs.Bool("secure-cookie", false, "mark the CSRF cookie Secure (set it behind a proxy that terminates TLS)")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -56,8 +57,9 @@ func runUI(ctx context.Context, e *env, args []string) error {
 	}
 	defer db.Close()
 	h, err := outboxerui.New(outboxerui.Config{
-		Instances: []outboxerui.Instance{{Name: t.name, DB: db, Dialect: t.dialect, Table: fs.table, Schema: fs.schema}},
-		ReadOnly:  *readOnly,
+		Instances:    []outboxerui.Instance{{Name: t.name, DB: db, Dialect: t.dialect, Table: fs.table, Schema: fs.schema}},
+		ReadOnly:     *readOnly,
+		SecureCookie: *secure,
 	})
 	if err != nil {
 		return err

@@ -104,3 +104,32 @@ func TestUIRefusesBadFlags(t *testing.T) {
 	wantFailure(t, cli(t, "", "ui", "--dsn", "x.db", "--table", "bad-name"), exitUsage, "invalid --table")
 	wantFailure(t, cli(t, "", "ui", "--dsn", "x.db", "extra"), exitUsage, "ui takes no arguments")
 }
+
+// Behind a proxy that terminates TLS the dashboard sees plain HTTP: --secure-cookie is
+// what keeps the browser from sending its CSRF cookie over an unencrypted connection.
+func TestUISecureCookie(t *testing.T) {
+	s := seed(t, dbtest.SQLite(t))
+	cookie := func(base string) *http.Cookie {
+		t.Helper()
+		resp, err := http.Get(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		for _, c := range resp.Cookies() {
+			if c.Value != "" {
+				return c
+			}
+		}
+		t.Fatalf("%s set no cookie (status %d)", base, resp.StatusCode)
+		return nil
+	}
+	plain, _ := startUI(t, nil, "--dsn", s.dsn)
+	if c := cookie(plain); c.Secure || !c.HttpOnly {
+		t.Fatalf("without --secure-cookie: %+v, want HttpOnly and not Secure", c)
+	}
+	secure, _ := startUI(t, nil, "--dsn", s.dsn, "--secure-cookie")
+	if c := cookie(secure); !c.Secure || !c.HttpOnly {
+		t.Fatalf("with --secure-cookie: %+v, want Secure and HttpOnly", c)
+	}
+}
