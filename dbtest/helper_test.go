@@ -162,10 +162,13 @@ func (r *tableRelay) Deliver(ctx context.Context, batch []core.Envelope) error {
 	r.mu.Lock()
 	r.started++
 	no := r.started
-	r.mu.Unlock()
+	// Printed before the lock is let go: the worker of another partition may take batch
+	// number 2, the one to die in, at once, and with KillAcks 0 it kills the process
+	// before anything else; FIRST must be out by then.
 	if r.batchColumn && no == 1 {
 		fmt.Println("FIRST")
 	}
+	r.mu.Unlock()
 	if r.killBatch > 0 && no == r.killBatch {
 		r.recordAndDie(batch, no)
 	}
