@@ -199,7 +199,11 @@ type PruneEvent struct {
 type Config struct {
 	// Name of the instance, for logs and telemetry. Default "outboxer".
 	Name string
-	// DB holds the outbox table; it must be the database the business writes go to.
+	// DB holds the outbox table; it must be the database the business writes go to. A
+	// relay's workers (one per partition) use connections at once: let the pool keep
+	// enough idle (SetMaxIdleConns, at least the partitions plus 4, plus what the rest of
+	// the service uses), or statements wait for new connections; Run warns when the pool
+	// closes connections as soon as they are given back.
 	DB *sql.DB
 	// Dialect of DB; detected from the driver when empty.
 	Dialect Dialect

@@ -77,6 +77,7 @@ func nodesHelper() int {
 		return 1
 	}
 	defer db.Close()
+	db.SetMaxIdleConns(atoi("N_PARTITIONS") + 4) // as Config.DB advises
 	relay := &nodeRelay{db: db, dialect: dialect, pid: os.Getpid(), delay: dur("N_DELAY"), say: say, noWrite: os.Getenv("N_NOWRITE") == "true"}
 	if rate := atoi("N_RATE"); rate > 0 {
 		relay.bucket = newTokenBucket(rate)

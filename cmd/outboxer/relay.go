@@ -127,6 +127,13 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
+	// A worker per partition, and the membership, sweep and pruner beside them: their
+	// connections stay open between statements instead of being closed and opened anew.
+	idle := 4
+	for _, oc := range cfg.Outboxes {
+		idle += max(oc.Partitions, 1)
+	}
+	db.SetMaxIdleConns(idle)
 	logger.Info("outboxer relay: starting", "database", t.name, "outboxes", ob.Outboxes())
 	if err := ob.Run(ctx); err != nil {
 		return err
