@@ -281,7 +281,12 @@ type Config struct {
 	// VacuumInterval (PostgreSQL) between VACUUMs of the message tables by Run. Delivered
 	// messages are deleted, and their space comes back only through vacuum. 0 (the default)
 	// vacuums every 30 s only when the server's autovacuum is off, and leaves it to
-	// autovacuum otherwise; a negative value never vacuums.
+	// autovacuum otherwise. Whatever the interval (but a negative one), Run also vacuums a
+	// table once its workers set 1,000 or more rows aside behind a waiting message of
+	// their group: each left an entry in the index of ready rows that every fetch steps
+	// over until a vacuum. A negative value never vacuums. Vacuuming needs the table's
+	// owner (or the MAINTAIN privilege); without it PostgreSQL skips the table with a
+	// warning and autovacuum does the work later.
 	VacuumInterval time.Duration
 	// AllowRepartition lets Run change an outbox's partition count (or its ordering) on a
 	// live backlog, or

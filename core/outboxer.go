@@ -31,6 +31,9 @@ type Outboxer struct {
 	owner string
 	// refresh asks the membership loop to heartbeat and read the nodes now.
 	refresh chan struct{}
+	// vacuumSoon (PostgreSQL) asks Run's vacuum loop to vacuum the tables where workers
+	// set many rows aside (see box.setAside).
+	vacuumSoon chan struct{}
 }
 
 // box is one configured outbox with its statements and its workers' wake-up channels.
@@ -51,6 +54,9 @@ type box struct {
 	workers []*worker
 	// bal is this node's share of the partitions while Run runs.
 	bal *balance
+	// setAside counts the rows this instance's workers held since the table was last
+	// vacuumed (PostgreSQL).
+	setAside atomic.Int64
 }
 
 type wakeKind uint8
@@ -77,12 +83,13 @@ func New(cfg Config) (*Outboxer, error) {
 		return nil, err
 	}
 	o := &Outboxer{
-		cfg:      c,
-		kind:     dialectKind(c.Dialect),
-		outboxes: make(map[string]*box, len(c.Outboxes)),
-		tables:   map[string]*dialect.SQL{},
-		owner:    newOwner(c.Name),
-		refresh:  make(chan struct{}, 1),
+		cfg:        c,
+		kind:       dialectKind(c.Dialect),
+		outboxes:   make(map[string]*box, len(c.Outboxes)),
+		tables:     map[string]*dialect.SQL{},
+		owner:      newOwner(c.Name),
+		refresh:    make(chan struct{}, 1),
+		vacuumSoon: make(chan struct{}, 1),
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Outboxes)) {
 		oc := c.Outboxes[name]

@@ -99,7 +99,8 @@ func (o *Outboxer) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { o.sweep(stop) }) // messages published beyond the partition count
 	wg.Go(func() { o.watchPool(stop) })
-	if every := o.vacuumInterval(ctx); every > 0 {
+	if o.cfg.Dialect == Postgres && o.cfg.VacuumInterval >= 0 {
+		every := o.vacuumInterval(ctx)
 		wg.Go(func() { o.vacuum(stop, every) })
 	}
 	o.cfg.Logger.Info("outboxer: running", "outboxer", o.cfg.Name, "outboxes", len(o.outboxes), "owner", owner)
@@ -394,11 +395,9 @@ func (o *Outboxer) PruneNow(ctx context.Context, outbox string) (int64, error) {
 	return total, nil
 }
 
-// vacuumInterval decides how often Run vacuums the message tables (0: never).
+// vacuumInterval decides how often Run vacuums the message tables on PostgreSQL besides
+// the vacuums after set-asides (0: never).
 func (o *Outboxer) vacuumInterval(ctx context.Context) time.Duration {
-	if o.cfg.Dialect != Postgres || o.cfg.VacuumInterval < 0 {
-		return 0
-	}
 	if o.cfg.VacuumInterval > 0 {
 		return o.cfg.VacuumInterval
 	}
@@ -408,6 +407,78 @@ func (o *Outboxer) vacuumInterval(ctx context.Context) time.Duration {
 	}
 	o.cfg.Logger.Warn("outboxer: the server's autovacuum is off; Run vacuums the outbox tables every 30s (set VacuumInterval to change it)")
 	return 30 * time.Second
+}
+
+// Vacuums after set-asides (PostgreSQL). Setting a row aside (holding it behind its
+// group's waiting head) moves it out of the index of ready rows, and the entry it leaves
+// there is garbage every fetch of the partition steps over until a VACUUM removes it:
+// 100,000 rows set aside made each ready message wait 3.8 times as long. Autovacuum comes
+// within a minute or so; Run vacuums the table once vacuumAfterSetAside rows were set
+// aside and the workers have stopped setting rows aside for vacuumQuiet (or, while they go
+// on, every vacuumAtMost).
+const (
+	vacuumAfterSetAside = 1000
+	vacuumQuiet         = 500 * time.Millisecond
+	vacuumAtMost        = 10 * time.Second
+)
+
+// vacuum vacuums the message tables every interval (if not 0), and those where many rows
+// were set aside when the set-aside is over: the first to reclaim the space of delivered
+// (deleted) messages when nothing else does, the second to keep fetches from stepping
+// over the index entries set-aside rows left.
+func (o *Outboxer) vacuum(ctx context.Context, every time.Duration) {
+	var tick <-chan time.Time
+	if every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
+	run := func(table string) {
+		if _, err := o.cfg.DB.ExecContext(ctx, `VACUUM `+table); err != nil && ctx.Err() == nil {
+			o.cfg.Logger.Warn("outboxer: vacuum", "table", table, "err", err)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			for _, s := range o.tables {
+				run(s.Messages)
+			}
+		case <-o.vacuumSoon:
+			// Wait for the set-aside to end: one vacuum after it, not one per batch.
+			total := func() (n int64) {
+				for _, ob := range o.outboxes {
+					n += ob.setAside.Load()
+				}
+				return n
+			}
+			last, since := total(), time.Now()
+			for sleep(ctx, vacuumQuiet) {
+				n := total()
+				if n == last || time.Since(since) >= vacuumAtMost {
+					break
+				}
+				last = n
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			tables := map[string]int64{}
+			for _, ob := range o.outboxes {
+				if n := ob.setAside.Load(); n >= vacuumAfterSetAside {
+					ob.setAside.Add(-n)
+					tables[ob.sql.Messages] += n
+				}
+			}
+			for table, n := range tables {
+				start := time.Now()
+				run(table)
+				o.cfg.Logger.Debug("outboxer: vacuumed after a set-aside", "outboxer", o.cfg.Name, "table", table, "set_aside", n, "took", time.Since(start))
+			}
+		}
+	}
 }
 
 // poolCheckEvery is how often Run reads the pool's statistics, and poolChurn how many
@@ -437,17 +508,5 @@ func (o *Outboxer) watchPool(stop context.Context) {
 			return
 		}
 		last = closed
-	}
-}
-
-// vacuum reclaims the space of delivered (deleted) messages every interval, so that the
-// tables stay small under sustained load when nothing else vacuums them.
-func (o *Outboxer) vacuum(ctx context.Context, every time.Duration) {
-	for sleep(ctx, every) {
-		for _, s := range o.tables {
-			if _, err := o.cfg.DB.ExecContext(ctx, `VACUUM `+s.Messages); err != nil && ctx.Err() == nil {
-				o.cfg.Logger.Warn("outboxer: vacuum", "table", s.Messages, "err", err)
-			}
-		}
 	}
 }

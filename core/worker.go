@@ -284,7 +284,7 @@ func (w *worker) fetch(ctx context.Context) (batch []Envelope, behind []int64, f
 // hold makes the given ready rows held, in a transaction fenced by the lease: a worker
 // that lost its partition must not hold rows its successor would never release.
 func (w *worker) hold(ctx context.Context, ids []int64) error {
-	return w.retry(ctx, func() error {
+	err := w.retry(ctx, func() error {
 		return w.fenced(ctx, func(tx *sql.Tx) error {
 			q, args := w.ob.sql.Hold(w.ob.name, w.part, ids, w.mode() == dialect.Grouped)
 			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
@@ -293,6 +293,13 @@ func (w *worker) hold(ctx context.Context, ids []int64) error {
 			return nil
 		})
 	})
+	if err == nil && w.o.cfg.Dialect == Postgres && w.ob.setAside.Add(int64(len(ids))) >= vacuumAfterSetAside {
+		select {
+		case w.o.vacuumSoon <- struct{}{}:
+		default:
+		}
+	}
+	return err
 }
 
 // fenced runs f in a transaction that first checks (and extends) the lease, and commits it.

@@ -118,22 +118,28 @@ func testBacklogs(t *testing.T, db *dbtest.DB, size int) {
 		l, err := ob.ListPending(ctx, "orders", 1)
 		return err == nil && len(l) == 1 && l[0].Attempts >= 2 && readable() <= 1
 	})
+	// PostgreSQL: setting the group aside left an index entry per held row in the index of
+	// ready rows, dead but there until a VACUUM, and every fetch steps over them (100,000
+	// of them made a ready message wait 3.8 times as long). Run vacuums the table once the
+	// set-aside is over; the ready messages go after it did.
+	vacuumed := ""
+	if db.Dialect == core.Postgres {
+		settled := time.Now().Add(2 * time.Second) // past the quiet time Run waits for
+		eventually(t, wait, "Run's vacuum after the set-aside", func() bool {
+			var vacuums, running int64
+			q := `SELECT (SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = $1 AND schemaname = $2),
+				(SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query ILIKE 'VACUUM %' || $1 || '%' AND pid <> pg_backend_pid())`
+			if err := db.QueryRowContext(ctx, q, table, db.Schema).Scan(&vacuums, &running); err != nil {
+				t.Fatalf("read the vacuum statistics: %v", err)
+			}
+			return time.Now().After(settled) && vacuums > 0 && running == 0
+		})
+		vacuumed = " (after the VACUUM Run makes once a set-aside is over)"
+	}
 	medianWith, longestWith := deliver("after", int64(2*size))
 	// Checked after the ready messages went: the backlogs are still out of the fetch's way.
 	if n := readable(); n > 1 {
 		t.Errorf("%d rows a fetch reads while the backlogs wait, want at most the poisoned head", n)
-	}
-	// PostgreSQL's floor: setting the group aside left an index entry per held row in the
-	// index of ready rows, dead but there until a VACUUM, and the fetch steps over them.
-	// The same backlogs, vacuumed, show what they cost without that garbage.
-	vacuumed := ""
-	if db.Dialect == core.Postgres {
-		if _, err := db.ExecContext(ctx, `VACUUM `+table); err != nil {
-			t.Fatal(err)
-		}
-		median, longest := deliver("vacuumed", int64(2*size))
-		vacuumed = fmt.Sprintf("; after a VACUUM, with them: %s (longest %s), %.1f×", median.Round(100*time.Microsecond),
-			longest.Round(100*time.Microsecond), float64(median)/float64(medianWithout))
 	}
 
 	got := rec.delivered()
@@ -152,8 +158,8 @@ func testBacklogs(t *testing.T, db *dbtest.DB, size int) {
 	score = dbtest.Tally(score, committed, deliveries)
 	ms := func(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }
 	ratio := float64(medianWith) / float64(medianWithout)
-	score.Notes = fmt.Sprintf("a ready message waited %s (longest %s) without the backlogs, %s (longest %s) with them: %.1f× (within 2×: %v); the fetch reads none of the %d waiting rows%s",
-		ms(medianWithout), ms(longestWithout), ms(medianWith), ms(longestWith), ratio, ratio <= 2, 2*size, vacuumed)
+	score.Notes = fmt.Sprintf("a ready message waited %s (longest %s) without the backlogs, %s (longest %s) with them%s: %.1f× (within 2×: %v); the fetch reads none of the %d waiting rows",
+		ms(medianWithout), ms(longestWithout), ms(medianWith), ms(longestWith), vacuumed, ratio, ratio <= 2, 2*size)
 	t.Log(score.Notes)
 }
 
