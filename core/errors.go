@@ -67,6 +67,13 @@ func isMissingTable(err error) bool {
 		(strings.Contains(msg, "schema \"") && strings.Contains(msg, "does not exist"))
 }
 
+// isLockBusy reports whether err is MySQL/MariaDB's lock wait timeout (error 1205),
+// which a statement run with innodb_lock_wait_timeout 0 returns at once when a row it
+// needs is locked.
+func isLockBusy(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Error 1205")
+}
+
 // notMigrated wraps err, the failure of a statement on table, with ErrNotMigrated when
 // it says the table is missing; otherwise it returns nil.
 func notMigrated(table string, err error) error {

@@ -119,6 +119,10 @@ func (w *worker) acquire(ctx context.Context) (bool, error) {
 	s, db := w.ob.sql, w.o.cfg.DB
 	start := time.Now()
 	res, err := db.ExecContext(ctx, s.AcquireLease, w.owner, w.lease().Microseconds(), w.ob.name, w.part)
+	if isLockBusy(err) {
+		// A transaction of the holder has the row: not free now.
+		return false, nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("acquire lease: %w", err)
 	}

@@ -124,8 +124,21 @@ func New(kind Kind, schema, table string) *SQL {
 	// partitions a run had (CountLeases), until a run claims them (ClaimLeases).
 	s.EnsureLease = s.p(s.insertIgnore(s.Leases, "outbox, part, owner, token, expires_at, paused", "?, ?, '', ?, "+s.zeroTime()+", ?"))
 	s.ClaimLeases = s.p(`UPDATE ` + s.Leases + ` SET token = 0 WHERE outbox = ? AND part >= 0 AND part < ? AND token < 0`)
+	// AcquireLease takes a lapsed lease, and does not wait for a lease row another
+	// transaction has locked (a confirming one, of a holder that may be frozen in it): the
+	// partition is not free now, and a worker waiting for that row would keep the node's
+	// place for a partition from the other free ones (MySQL: error 1205 at once, which the
+	// worker reads as not taken; PostgreSQL: no row).
 	s.AcquireLease = s.p(`UPDATE ` + s.Leases + ` SET owner = ?, token = token + 1, expires_at = ` + s.NowPlus("?") +
 		` WHERE outbox = ? AND part = ? AND expires_at < ` + now)
+	switch kind {
+	case MySQL:
+		s.AcquireLease = `SET STATEMENT innodb_lock_wait_timeout = 0 FOR ` + s.AcquireLease
+	case Postgres:
+		s.AcquireLease = s.p(`UPDATE ` + s.Leases + ` AS l SET owner = ?, token = l.token + 1, expires_at = ` + s.NowPlus("?") +
+			` FROM (SELECT outbox, part FROM ` + s.Leases + ` WHERE outbox = ? AND part = ? AND expires_at < ` + now +
+			` FOR UPDATE SKIP LOCKED) AS f WHERE l.outbox = f.outbox AND l.part = f.part`)
+	}
 	s.ReadLease = s.p(`SELECT token, paused FROM ` + s.Leases + ` WHERE outbox = ? AND part = ? AND owner = ?`)
 	s.RenewLease = s.p(`UPDATE ` + s.Leases + ` SET expires_at = ` + s.NowPlus("?") + ` WHERE outbox = ? AND part = ? AND token = ? AND owner = ?`)
 	// FenceLease is RenewLease as the first statement of a confirming transaction: it
