@@ -2,7 +2,11 @@ package dbtest_test
 
 // Reliability scenario 6: two and three relay processes on one table; the one holding
 // the partitions is frozen with SIGSTOP in the middle of a delivery, past its lease, and
-// resumed with SIGCONT once the others took over. The frozen one cannot confirm or record
+// resumed with SIGCONT once the others took over. The process freezes itself, at a point
+// of the delivery drawn at random (before the broker's round trip, between the deadline
+// check and the write, after the write): a SIGSTOP sent from outside when the delivery
+// begins may land later, inside the transaction that confirms it, whose lock on the
+// partition's lease keeps the others out until the process resumes. The frozen one cannot confirm or record
 // anything (its lease token moved on), no group is reordered, and everything committed
 // is delivered.
 //
@@ -14,7 +18,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"os/signal"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +48,8 @@ func init() {
 // repeated delivery:
 //
 //	INFLIGHT <unix ns> <partition> <ids>  a delivery begins
+//	FROZEN <partition> <point>            the delivery just begun stops the process (SIGSTOP),
+//	                                      once armed by SIGUSR1
 //	UNSURE <partition> <ids>              the write failed: it may have gone through all the
 //	                                      same, and the engine will deliver the batch again
 //	UNCONFIRMED <partition> [<ids>]       a batch's confirmation failed (the lease moved on,
@@ -58,6 +67,15 @@ func chaosStopHelper() int {
 	}
 	defer db.Close()
 	relay := &chaosStopRelay{db: db, dialect: dialect, pid: os.Getpid(), delay: delay, say: say, last: map[int]string{}}
+	// SIGUSR1 arms the next delivery to freeze the process; installed before UP, as
+	// SIGUSR1 would otherwise end it.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			relay.armed.Store(true)
+		}
+	}()
 	ob, err := core.New(core.Config{
 		DB: db, Dialect: dialect, LeaseDuration: lease, Logger: testLogger(),
 		Hooks: core.Hooks{OnBatchException: func(ev core.BatchEvent) {
@@ -96,6 +114,29 @@ type chaosStopRelay struct {
 
 	mu   sync.Mutex
 	last map[int]string // partition → IDs of the last batch, if it was written
+	// armed: the next delivery freezes the process (see freezeAt).
+	armed atomic.Bool
+}
+
+// Where an armed delivery freezes the process.
+const (
+	freezeBeforeRoundTrip = iota // its deadline passes while frozen: it gives up
+	freezeBeforeWrite            // after the deadline check: the write lands late
+	freezeAfterWrite             // written in time: the confirmation comes late
+	freezePoints
+)
+
+// freeze stops the process if the delivery is armed for this point. The signal goes to
+// this thread: sent to the process, the kernel hands it to another thread (the main one),
+// and this goroutine could run on, return and confirm the delivery before that thread
+// stops the others.
+func (r *chaosStopRelay) freeze(armedAt, point, part int) {
+	if armedAt == point {
+		r.say("FROZEN %d %d", part, point)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+	}
 }
 
 func (r *chaosStopRelay) setLast(part int, ids string) {
@@ -118,6 +159,11 @@ func (r *chaosStopRelay) Deliver(ctx context.Context, batch []core.Envelope) err
 	part, list := batch[0].Partition, strings.Join(ids, ",")
 	r.setLast(part, "")
 	r.say("INFLIGHT %d %d %s", time.Now().UnixNano(), part, list)
+	freezeAt := -1
+	if r.armed.CompareAndSwap(true, false) {
+		freezeAt = rand.IntN(freezePoints)
+	}
+	r.freeze(freezeAt, freezeBeforeRoundTrip, part)
 	select {
 	case <-time.After(r.delay):
 	case <-ctx.Done():
@@ -152,6 +198,7 @@ func (r *chaosStopRelay) Deliver(ctx context.Context, batch []core.Envelope) err
 	// A freeze between the check above and this write (or during it) still lets the
 	// write land after the deadline: the sink cannot know. The test accepts it only for
 	// batches that had begun before the freeze.
+	r.freeze(freezeAt, freezeBeforeWrite, part)
 	_, err := r.db.ExecContext(ctx, b.String(), args...)
 	if err != nil {
 		// The statement may have committed with its answer lost (a cancelled context, a
@@ -160,6 +207,7 @@ func (r *chaosStopRelay) Deliver(ctx context.Context, batch []core.Envelope) err
 		return err
 	}
 	r.setLast(part, list)
+	r.freeze(freezeAt, freezeAfterWrite, part)
 	return nil
 }
 
@@ -167,14 +215,13 @@ func (r *chaosStopRelay) Deliver(ctx context.Context, batch []core.Envelope) err
 type chaosProc struct {
 	*child
 	fenced atomic.Int64
-	// armed: freeze the process (SIGSTOP) at the start of its next delivery, and send
-	// that delivery's partition and IDs on frozen.
-	armed  atomic.Bool
+	// frozen has the delivery that froze the process, once armed (arm).
 	frozen chan chaosInflight
 
 	seenMu      sync.Mutex
-	began       []chaosInflight // every delivery it began, in order
-	unconfirmed map[int64]int   // ID → deliveries of it that were not confirmed (or unsure)
+	began       []chaosInflight       // every delivery it began, in order
+	current     map[int]chaosInflight // partition → the delivery it began last
+	unconfirmed map[int64]int         // ID → deliveries of it that were not confirmed (or unsure)
 }
 
 type chaosInflight struct {
@@ -182,6 +229,7 @@ type chaosInflight struct {
 	ids   []int64
 	at    time.Time // the test's clock, when it read the line
 	began time.Time // the relay's clock, when the delivery began
+	point int       // where the delivery froze the process (freezeBeforeRoundTrip, ...)
 }
 
 // chaosIDs parses a comma-separated list of IDs.
@@ -223,7 +271,7 @@ func chaosStartRelay(t *testing.T, db *dbtest.DB, lease, delay time.Duration) *c
 	env := append(os.Environ(), chaosStopEnv+"=1",
 		"CS_DRIVER="+db.Driver, "CS_DSN="+db.DSN, "CS_DIALECT="+string(db.Dialect),
 		"CS_LEASE="+lease.String(), "CS_DELAY="+delay.String())
-	p := &chaosProc{frozen: make(chan chaosInflight, 1), unconfirmed: map[int64]int{}}
+	p := &chaosProc{frozen: make(chan chaosInflight, 1), unconfirmed: map[int64]int{}, current: map[int]chaosInflight{}}
 	p.child = startChild(t, env, p.read)
 	p.waitLine(t, "UP", 30*time.Second)
 	return p
@@ -243,11 +291,6 @@ func (p *chaosProc) read(line string) {
 			p.seenMu.Unlock()
 		}
 	case strings.HasPrefix(line, "INFLIGHT "):
-		// Armed only after the start (p.child is set by then).
-		freeze := p.armed.CompareAndSwap(true, false)
-		if freeze {
-			_ = p.cmd.Process.Signal(syscall.SIGSTOP)
-		}
 		f := strings.Fields(line)
 		in := chaosInflight{at: time.Now()}
 		ns, _ := strconv.ParseInt(f[1], 10, 64)
@@ -256,10 +299,26 @@ func (p *chaosProc) read(line string) {
 		in.ids = chaosIDs(f[3])
 		p.seenMu.Lock()
 		p.began = append(p.began, in)
+		p.current[in.part] = in
 		p.seenMu.Unlock()
-		if freeze {
-			p.frozen <- in
-		}
+	case strings.HasPrefix(line, "FROZEN "):
+		// The partition's worker printed its INFLIGHT line before this one.
+		f := strings.Fields(line)
+		part, _ := strconv.Atoi(f[1])
+		p.seenMu.Lock()
+		in := p.current[part]
+		p.seenMu.Unlock()
+		in.at = time.Now()
+		in.point, _ = strconv.Atoi(f[2])
+		p.frozen <- in
+	}
+}
+
+// arm makes the process freeze itself in its next delivery.
+func (p *chaosProc) arm(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -396,6 +455,7 @@ func chaosStopped(t *testing.T, db *dbtest.DB, relays int) {
 		fenced       int64
 		waitedResume int // partitions whose takeover waited for the frozen process to resume
 		lateWrites   int // deliveries the frozen process wrote after it was resumed
+		points       [freezePoints]int
 	)
 	for round := range rounds {
 		// The victim is the process holding the most partitions.
@@ -417,7 +477,7 @@ func chaosStopped(t *testing.T, db *dbtest.DB, relays int) {
 			t.Fatalf("round %d: no process holds a partition", round)
 		}
 		fencedBefore := victim.fenced.Load()
-		victim.armed.Store(true)
+		victim.arm(t)
 		var in chaosInflight
 		select {
 		case in = <-victim.frozen:
@@ -427,14 +487,41 @@ func chaosStopped(t *testing.T, db *dbtest.DB, relays int) {
 		for _, id := range in.ids {
 			inflight[id] = true
 		}
+		points[in.point]++
+		t.Logf("round %d: process %d frozen at point %d of a delivery of partition %d (%d messages)", round, victim.pid(), in.point, in.part, len(in.ids))
 		// Another process takes the frozen delivery's partition and delivers its batch.
 		eventually(t, 30*time.Second, "the frozen partition taken over", func() bool {
 			l := chaosLeases(t, db)[in.part]
 			return !l.ownedBy(victim.pid()) && l.owner != "" && l.token > before[in.part].token
 		})
-		eventually(t, 30*time.Second, "the frozen batch delivered by another process", func() bool {
-			return deliveredBy(in.ids, victim.pid()) == len(in.ids)
-		})
+		until := time.Now().Add(30 * time.Second)
+		for deliveredBy(in.ids, victim.pid()) != len(in.ids) {
+			if time.Now().After(until) {
+				stored := chaosStoredRows(t, db)
+				for _, id := range in.ids {
+					var by []string
+					rows, err := db.QueryContext(ctx, chaosQ(db, `SELECT seq, pid FROM chaos_deliveries WHERE msg_id = ? ORDER BY seq`), id)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for rows.Next() {
+						var seq, pid int64
+						_ = rows.Scan(&seq, &pid)
+						by = append(by, fmt.Sprintf("seq %d pid %d", seq, pid))
+					}
+					rows.Close()
+					t.Logf("message %d: %+v; delivered %v", id, stored[id], by)
+				}
+				t.Logf("leases: %+v", chaosLeases(t, db))
+				victim.mu.Lock()
+				for _, l := range victim.lines[max(0, len(victim.lines)-30):] {
+					t.Logf("victim: %.120s", l)
+				}
+				victim.mu.Unlock()
+				t.Fatalf("round %d: the frozen batch not delivered by another process within 30s", round)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 		worstRecover = max(worstRecover, time.Since(in.at))
 		// Its other partitions, unless the freeze caught it inside a confirming
 		// transaction, which keeps their lease row locked until it resumes.
@@ -585,7 +672,7 @@ func chaosStopped(t *testing.T, db *dbtest.DB, relays int) {
 			}
 		}
 	}
-	score.Notes = fmt.Sprintf("%d freezes mid-delivery, lease %v; duplicates: the frozen process's unconfirmed batches, delivered again by the new owner; recover = freeze to the frozen batch delivered by another process (worst); %d confirmations refused to the resumed process; %d deliveries written by it after resuming (a freeze between its deadline check and its write), all begun before the freeze; %d partitions whose takeover waited for the resume (frozen inside a confirming transaction); %d other messages with a failed attempt; %d repeats outside frozen batches after a failed confirmation",
-		rounds, lease, fenced, lateWrites, waitedResume, otherFailures, unconfirmedRepeats)
+	score.Notes = fmt.Sprintf("%d freezes mid-delivery (%d before the broker round trip, %d between the deadline check and the write, %d after the write), lease %v; duplicates: the frozen process's unconfirmed batches, delivered again by the new owner; recover = freeze to the frozen batch delivered by another process (worst); %d confirmations refused to the resumed process; %d deliveries written by it after resuming (a freeze between its deadline check and its write), all begun before the freeze; %d partitions whose takeover waited for the resume (frozen inside a confirming transaction); %d other messages with a failed attempt; %d repeats outside frozen batches after a failed confirmation",
+		rounds, points[freezeBeforeRoundTrip], points[freezeBeforeWrite], points[freezeAfterWrite], lease, fenced, lateWrites, waitedResume, otherFailures, unconfirmedRepeats)
 	dbtest.Record(t, score)
 }
