@@ -50,14 +50,15 @@ func main() {
 	fuzz := flag.String("fuzz", "", "the fuzz results file, a line per target")
 	command := flag.String("command", "make chaos", "the command the rows came from")
 	out := flag.String("out", "RELIABILITY.md", "where to write the scoreboard")
+	rev := flag.String("rev", "", "the commit the rows came from, when not the one checked out (rows of several runs)")
 	flag.Parse()
-	if err := run(*scores, *fuzz, *command, *out); err != nil {
+	if err := run(*scores, *fuzz, *command, *rev, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "scoreboard:", err)
 		os.Exit(1)
 	}
 }
 
-func run(scoresPath, fuzzPath, command, out string) error {
+func run(scoresPath, fuzzPath, command, rev, out string) error {
 	if scoresPath == "" {
 		return fmt.Errorf("-scores is required")
 	}
@@ -75,7 +76,10 @@ func run(scoresPath, fuzzPath, command, out string) error {
 	if err != nil {
 		return err
 	}
-	if err := render(f, rows, fuzz, command, revision(), time.Now().UTC()); err != nil {
+	if rev == "" {
+		rev = revision()
+	}
+	if err := render(f, rows, fuzz, command, rev, time.Now().UTC()); err != nil {
 		f.Close()
 		return err
 	}
