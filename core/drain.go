@@ -54,7 +54,9 @@ func (o *Outboxer) Drain(ctx context.Context, outbox string) (DrainResult, error
 }
 
 func (w *worker) drain(ctx context.Context) error {
-	ok, err := w.acquire(ctx)
+	// A lease row locked by an administrative transaction (a discard, a retry) is waited
+	// for: it is free a moment later.
+	ok, err := w.takeLease(ctx, w.ob.sql.AwaitLease)
 	if err != nil {
 		return err
 	}

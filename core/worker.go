@@ -108,8 +108,14 @@ func newOwner(name string) string {
 
 func (w *worker) lease() time.Duration { return w.o.cfg.LeaseDuration }
 
-// acquire tries to take the partition's lease. It reports whether it holds it.
+// acquire tries to take the partition's lease, without waiting for a lease row another
+// transaction has locked (see dialect AcquireLease). It reports whether it holds it.
 func (w *worker) acquire(ctx context.Context) (bool, error) {
+	return w.takeLease(ctx, w.ob.sql.AcquireLease)
+}
+
+// takeLease takes the partition's lease with the statement q (AcquireLease or AwaitLease).
+func (w *worker) takeLease(ctx context.Context, q string) (bool, error) {
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
@@ -118,7 +124,7 @@ func (w *worker) acquire(ctx context.Context) (bool, error) {
 	defer cancel()
 	s, db := w.ob.sql, w.o.cfg.DB
 	start := time.Now()
-	res, err := db.ExecContext(ctx, s.AcquireLease, w.owner, w.lease().Microseconds(), w.ob.name, w.part)
+	res, err := db.ExecContext(ctx, q, w.owner, w.lease().Microseconds(), w.ob.name, w.part)
 	if isLockBusy(err) {
 		// A transaction of the holder has the row: not free now.
 		return false, nil

@@ -72,7 +72,7 @@ type SQL struct {
 	// Placement reads id, group_key and part of an outbox's pending rows; Strays those
 	// of its pending rows in partitions at or beyond a count, oldest first, at most a
 	// thousand.
-	LiveLeases, Placement, Strays string
+	LiveLeases, Placement, Strays, AwaitLease string
 	// ReadShape reads the partition count and the shape row's text (NULL when there is
 	// none) of an outbox; EnsureShape creates the shape row, SetShape changes its text.
 	ReadShape, EnsureShape, SetShape string
@@ -131,6 +131,9 @@ func New(kind Kind, schema, table string) *SQL {
 	// worker reads as not taken; PostgreSQL: no row).
 	s.AcquireLease = s.p(`UPDATE ` + s.Leases + ` SET owner = ?, token = token + 1, expires_at = ` + s.NowPlus("?") +
 		` WHERE outbox = ? AND part = ? AND expires_at < ` + now)
+	// AwaitLease is AcquireLease that waits for a locked row (Drain: an administrative
+	// transaction, such as a discard, holds the lease rows for a moment).
+	s.AwaitLease = s.AcquireLease
 	switch kind {
 	case MySQL:
 		s.AcquireLease = `SET STATEMENT innodb_lock_wait_timeout = 0 FOR ` + s.AcquireLease
