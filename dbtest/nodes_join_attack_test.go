@@ -252,7 +252,21 @@ func TestNodesJoinHistoryPerOutbox(t *testing.T) {
 		}
 		a, b := mk("a"), mk("b")
 		run(t, a)
-		eventually(t, 30*time.Second, "a is live", func() bool { _, ok := nodeOf(t, a, a.Owner()); return ok })
+		// a joins each outbox on its own heartbeat: b starts once a is a member of both,
+		// or b could join "bills" first.
+		liveIn := func(outbox string) bool {
+			h, err := a.Health(context.Background(), outbox)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range h.Outboxes[0].Nodes {
+				if n.Node == a.Owner() {
+					return true
+				}
+			}
+			return false
+		}
+		eventually(t, 30*time.Second, "a is live in both outboxes", func() bool { return liveIn("orders") && liveIn("bills") })
 		run(t, b)
 		share := func(outbox string, ob *core.Outboxer) (int, int) {
 			h, err := a.Health(context.Background(), outbox)
