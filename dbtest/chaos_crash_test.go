@@ -110,7 +110,7 @@ func crashMidBatch(t *testing.T, db *dbtest.DB) {
 	cfg.KillBatch, cfg.KillAcks = 0, 0
 	heir := startRelay(t, cfg)
 	firstAfter(heir)
-	eventually(t, 120*time.Second, "every message after the last kill", func() bool { return distinctDelivered(t, db) == total })
+	eventually(t, 120*time.Second, "every message after the last kill", func() bool { return allConfirmed(t, db, ob, "orders", total) })
 	heir.stop(t)
 
 	ds := crashDeliveries(t, db)

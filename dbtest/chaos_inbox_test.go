@@ -189,7 +189,7 @@ func inboxEffectivelyOnce(t *testing.T, db *dbtest.DB) {
 	// logged every message, a SIGTERM right after the start would find the process before
 	// its signal handler is installed.
 	heir.waitLine(t, "READY", 60*time.Second)
-	eventually(t, 120*time.Second, "every message in the log", func() bool { return distinctDelivered(t, db) == total })
+	eventually(t, 120*time.Second, "every message in the log", func() bool { return allConfirmed(t, db, ob, "orders", total) })
 	heir.stop(t)
 	var logged int
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM deliveries`).Scan(&logged); err != nil {
