@@ -252,7 +252,7 @@ func TestScheduledMessagesWaitAndHoldTheirGroup(t *testing.T) {
 		ctx := context.Background()
 		rec := &recorder{}
 		ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {Relay: rec, PollInterval: 10 * time.Millisecond}}})
-		later, err := ob.Publish(ctx, db.DB, event{Group: "A", Seq: 1}, core.WithDelay(700*time.Millisecond))
+		later, err := ob.Publish(ctx, db.DB, event{Group: "A", Seq: 1}, core.WithDelay(3*time.Second)) // longer than Run takes to start and deliver B, even under -race
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,11 +284,11 @@ func TestRetentionKeepAndPrune(t *testing.T) {
 			PruneInterval: 50 * time.Millisecond,
 			Hooks:         core.Hooks{OnPrune: func(e core.PruneEvent) { pruned.Add(int64(e.Count)) }},
 			Outboxes: map[string]core.OutboxConfig{
-				"orders": {Relay: rec, PollInterval: 10 * time.Millisecond, Retention: core.KeepFor(time.Second)},
+				"orders": {Relay: rec, PollInterval: 10 * time.Millisecond, Retention: core.KeepFor(3 * time.Second)},
 			}})
 		publish(t, ob, db.DB, event{Seq: 1}, event{Seq: 2}, event{Seq: 3})
 		run(t, ob)
-		// Kept as delivered for a second, then pruned.
+		// Kept as delivered for three seconds, then pruned.
 		eventually(t, 10*time.Second, "delivery", func() bool {
 			c := counts(t, ob, "orders")
 			return len(rec.delivered()) == 3 && c == (core.Counts{Delivered: 3})
@@ -311,7 +311,9 @@ func TestLostLeaseCannotConfirm(t *testing.T) {
 			}
 			return nil
 		})
-		ob := setup(t, db, core.Config{LeaseDuration: 2 * time.Second, Outboxes: map[string]core.OutboxConfig{
+		// The thief keeps the worker's expiry: a lease long enough that the worker cannot
+		// take the partition back before the counts below, however slow the machine.
+		ob := setup(t, db, core.Config{LeaseDuration: 4 * time.Second, Outboxes: map[string]core.OutboxConfig{
 			"orders": {Relay: relay, PollInterval: 10 * time.Millisecond}}})
 		publish(t, ob, db.DB, event{Seq: 1}, event{Seq: 2})
 		run(t, ob)

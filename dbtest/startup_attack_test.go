@@ -53,7 +53,7 @@ func TestAttackStartUpStoppedWithACause(t *testing.T) {
 			return ctx, func() { cancel(cause) }
 		}, context.Canceled},
 		{"deadline", func() (context.Context, func()) {
-			ctx, cancel := context.WithTimeoutCause(context.Background(), 400*time.Millisecond, cause)
+			ctx, cancel := context.WithTimeoutCause(context.Background(), 2*time.Second, cause) // past the first try, even under -race
 			return ctx, func() { <-ctx.Done(); cancel() }
 		}, context.DeadlineExceeded},
 	} {
