@@ -587,7 +587,7 @@ func TestNodesOneOutboxHeartbeatStuck(t *testing.T) {
 		}
 		ctx := context.Background()
 		mk := func(name string) *core.Outboxer {
-			return setup(t, db, core.Config{Name: name, LeaseDuration: 2 * time.Second, Outboxes: map[string]core.OutboxConfig{
+			return setup(t, db, core.Config{Name: name, LeaseDuration: time.Second, Outboxes: map[string]core.OutboxConfig{
 				"orders":  {Relay: &recorder{}, Partitions: 4},
 				"bills":   {Relay: &recorder{}, Partitions: 4},
 				"refunds": {Relay: &recorder{}, Partitions: 4},
