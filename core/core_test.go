@@ -280,8 +280,25 @@ func TestClaimNeedsAnOfferWhileTheMembershipIsRead(t *testing.T) {
 		t.Fatal("a fresh node below its share refused two offered partitions")
 	}
 	if b.claim(true) {
+		t.Fatal("a node taking its share took an offered partition")
+	}
+	b.took(true)
+	b.took(false) // the other take failed: a place again
+	if b.surplus() {
+		t.Fatal("a failed take made the node give a held partition back")
+	}
+	if !b.claim(true) {
+		t.Fatal("a node whose take failed did not take another offered partition")
+	}
+	b.took(true)
+	if b.claim(true) {
 		t.Fatal("a node at its share took an offered partition")
 	}
+	b.setShare(1)
+	if !b.surplus() || b.surplus() {
+		t.Fatal("a node holding 2 with a share of 1 did not give exactly one back")
+	}
+	b.setShare(2)
 	b.unclaim()
 	b.setFresh(false) // the last read failed: the kept share still counts
 	if !b.claim(false) {

@@ -39,7 +39,12 @@ import (
 type balance struct {
 	mu    sync.Mutex
 	share int  // partitions this node aims at; negative: as many as it can take
-	held  int  // partitions this node's workers hold, or are taking
+	held  int  // partitions this node's workers hold
+	// taking: partitions this node's workers are taking (claimed, not yet acquired). They
+	// count against the share when claiming, so the node does not take more than its
+	// share, but not as held: a take that fails must not make a holding worker give its
+	// partition back (it would be a move no share change called for).
+	taking int
 	known bool // a heartbeat told the share
 	// fresh: the last membership read succeeded and listed this node, so free partitions
 	// are taken when offered (offerFree) only.
@@ -52,17 +57,28 @@ func newBalance() *balance { return &balance{} }
 
 // claim reserves a place for one more partition; false when the node has its share, or
 // when the partition was not offered (offered false) while the membership reads succeed.
+// A claim ends with took.
 func (b *balance) claim(offered bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.share >= 0 && (b.held >= b.share || !offered && b.fresh) {
+	if b.share >= 0 && (b.held+b.taking >= b.share || !offered && b.fresh) {
 		return false
 	}
-	b.held++
+	b.taking++
 	return true
 }
 
-// unclaim gives a place back: the partition was not taken, or was lost or released.
+// took ends a claim: the partition was taken (ok) and counts as held, or was not.
+func (b *balance) took(ok bool) {
+	b.mu.Lock()
+	b.taking--
+	if ok {
+		b.held++
+	}
+	b.mu.Unlock()
+}
+
+// unclaim gives a held partition's place back: it was lost or released.
 func (b *balance) unclaim() {
 	b.mu.Lock()
 	b.held--

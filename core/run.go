@@ -258,15 +258,14 @@ func (w *worker) take(stop context.Context, offered bool) bool {
 		if !w.bal.claim(offered) {
 			return false
 		}
-		w.counted = true
 	}
 	ok, err := w.acquire(stop)
 	if err != nil && stop.Err() == nil {
 		w.log.Warn("outboxer: cannot take partition", "err", err)
 	}
-	if !ok && w.counted {
-		w.counted = false
-		w.bal.unclaim()
+	if w.bal != nil {
+		w.bal.took(ok)
+		w.counted = ok
 	}
 	return ok
 }
