@@ -38,14 +38,14 @@ import (
 // balance is this node's share-out of one outbox.
 type balance struct {
 	mu    sync.Mutex
-	share int  // partitions this node aims at; negative: as many as it can take
-	held  int  // partitions this node's workers hold
+	share int // partitions this node aims at; negative: as many as it can take
+	held  int // partitions this node's workers hold
 	// taking: partitions this node's workers are taking (claimed, not yet acquired). They
 	// count against the share when claiming, so the node does not take more than its
 	// share, but not as held: a take that fails must not make a holding worker give its
 	// partition back (it would be a move no share change called for).
 	taking int
-	known bool // a heartbeat told the share
+	known  bool // a heartbeat told the share
 	// fresh: the last membership read succeeded and listed this node, so free partitions
 	// are taken when offered (offerFree) only.
 	fresh bool
