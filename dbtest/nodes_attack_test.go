@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -597,6 +598,19 @@ func TestNodesOneOutboxHeartbeatStuck(t *testing.T) {
 		run(t, a)
 		run(t, b)
 		heldBy(t, []*core.Outboxer{a, b}, []int{2, 2}, 30*time.Second)
+		// The outboxes heartbeat on their own: orders settled says nothing of the others.
+		eventually(t, 30*time.Second, "node a in the membership of bills and refunds", func() bool {
+			h, err := b.Health(ctx, "bills", "refunds")
+			if err != nil {
+				t.Fatalf("Health: %v", err)
+			}
+			for _, oh := range h.Outboxes {
+				if !slices.ContainsFunc(oh.Nodes, func(n core.NodeHealth) bool { return n.Node == a.Owner() }) {
+					return false
+				}
+			}
+			return true
+		})
 		tx, err := db.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
