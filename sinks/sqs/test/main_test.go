@@ -205,8 +205,13 @@ func newReader(t testing.TB, queue string) *reader {
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
+			// A short visibility timeout: a receive whose response is lost (seen under
+			// -race: "deserialization failed ... use of closed network connection" with
+			// status 200) leaves its messages in flight, and on a FIFO queue their
+			// groups wait until it runs out; with the queue's default of 30 s a case
+			// could not finish inside its minute.
 			out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-				QueueUrl: &queue, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+				QueueUrl: &queue, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 5,
 				MessageAttributeNames: []string{"All"},
 			})
 			if err != nil {
