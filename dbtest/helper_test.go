@@ -42,6 +42,13 @@ type helperConfig struct {
 	// delivery records the process's batch number there, and the process prints FIRST
 	// when it hands over its first batch.
 	BatchColumn bool
+	// OrderedLog: the deliveries table is read by seq while it is written, as a broker's
+	// log is read by offset. A sequence or an auto-increment gives out its numbers when a
+	// statement runs, not when it commits: two partitions' batches commit in either order,
+	// and a reader that saw seq 140 would never see 101–120 committed after it. Each
+	// append then holds the log's lock (a row of log_lock) until it commits, so rows
+	// become visible in seq order.
+	OrderedLog bool
 }
 
 func (c helperConfig) env() []string {
@@ -52,7 +59,7 @@ func (c helperConfig) env() []string {
 		"H_POLL="+c.Poll.String(), "H_LEASE="+c.Lease.String(),
 		"H_CRASH_AFTER="+strconv.Itoa(c.CrashAfter), "H_NOTIFY="+strconv.FormatBool(c.Notify),
 		"H_KILL_BATCH="+strconv.Itoa(c.KillBatch), "H_KILL_ACKS="+strconv.Itoa(c.KillAcks),
-		"H_BATCH_COLUMN="+strconv.FormatBool(c.BatchColumn),
+		"H_BATCH_COLUMN="+strconv.FormatBool(c.BatchColumn), "H_ORDERED_LOG="+strconv.FormatBool(c.OrderedLog),
 	)
 }
 
@@ -66,6 +73,7 @@ func runHelper(string) int {
 		Partitions: atoi("H_PARTITIONS"), BatchSize: atoi("H_BATCH"), Poll: dur("H_POLL"), Lease: dur("H_LEASE"),
 		CrashAfter: atoi("H_CRASH_AFTER"), Notify: os.Getenv("H_NOTIFY") == "true",
 		KillBatch: atoi("H_KILL_BATCH"), KillAcks: atoi("H_KILL_ACKS"), BatchColumn: os.Getenv("H_BATCH_COLUMN") == "true",
+		OrderedLog: os.Getenv("H_ORDERED_LOG") == "true",
 	}
 	db, err := sql.Open(cfg.Driver, cfg.DSN)
 	if err != nil {
@@ -74,7 +82,7 @@ func runHelper(string) int {
 	}
 	defer db.Close()
 	relay := &tableRelay{db: db, dialect: cfg.Dialect, pid: os.Getpid(), crashAfter: cfg.CrashAfter,
-		killBatch: cfg.KillBatch, killAcks: cfg.KillAcks, batchColumn: cfg.BatchColumn}
+		killBatch: cfg.KillBatch, killAcks: cfg.KillAcks, batchColumn: cfg.BatchColumn, orderedLog: cfg.OrderedLog}
 	ob, err := core.New(core.Config{
 		DB: db, Dialect: cfg.Dialect, LeaseDuration: cfg.Lease, Notify: cfg.Notify, Logger: testLogger(),
 		Outboxes: map[string]core.OutboxConfig{"orders": {
@@ -120,6 +128,7 @@ type tableRelay struct {
 
 	killBatch, killAcks int
 	batchColumn         bool
+	orderedLog          bool
 	started             int // batches handed over so far
 }
 
@@ -197,7 +206,7 @@ func (r *tableRelay) Deliver(ctx context.Context, batch []core.Envelope) error {
 			args = append(args, e.ID, e.GroupKey, r.pid)
 		}
 	}
-	if _, err := r.db.ExecContext(ctx, r.q(b.String()), args...); err != nil {
+	if err := r.append(ctx, r.q(b.String()), args...); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -213,6 +222,30 @@ func (r *tableRelay) Deliver(ctx context.Context, batch []core.Envelope) error {
 		select {} // the parent sends SIGKILL
 	}
 	return nil
+}
+
+// append writes into the deliveries table with insert, under the log's lock when the
+// log is ordered (see helperConfig.OrderedLog).
+func (r *tableRelay) append(ctx context.Context, insert string, args ...any) error {
+	if !r.orderedLog || r.dialect == core.SQLite {
+		// SQLite has one writer at a time: a row's seq is given out and committed under
+		// the same lock.
+		_, err := r.db.ExecContext(ctx, insert, args...)
+		return err
+	}
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var id int
+	if err := tx.QueryRowContext(ctx, `SELECT id FROM log_lock WHERE id = 1 FOR UPDATE`).Scan(&id); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, insert, args...); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // claim records that this process serves the partition. It fails with the holder's pid
@@ -252,7 +285,7 @@ func (r *tableRelay) recordAndDie(batch []core.Envelope, no int) {
 	q := r.q(`INSERT INTO deliveries (msg_id, grp, pid, batch) VALUES (?, ?, ?, ?)`)
 	for _, e := range batch[:k] {
 		// Not the delivery's context: k must be exact even if the lease ran short.
-		if _, err := r.db.ExecContext(context.Background(), q, e.ID, e.GroupKey, r.pid, no); err != nil {
+		if err := r.append(context.Background(), q, e.ID, e.GroupKey, r.pid, no); err != nil {
 			fmt.Fprintln(os.Stderr, "record before the kill:", err)
 			os.Exit(3)
 		}
@@ -275,6 +308,8 @@ func relayTables(t *testing.T, db *dbtest.DB) {
 		`CREATE TABLE deliveries (` + id + `, msg_id BIGINT NOT NULL, grp VARCHAR(255) NOT NULL, pid INT NOT NULL)`,
 		`CREATE TABLE active (part INT PRIMARY KEY, pid INT NOT NULL)`,
 		`CREATE TABLE violations (what TEXT)`,
+		`CREATE TABLE log_lock (id INT PRIMARY KEY)`, // see helperConfig.OrderedLog
+		`INSERT INTO log_lock (id) VALUES (1)`,
 	} {
 		if _, err := db.ExecContext(context.Background(), ddl); err != nil {
 			t.Fatal(err)
