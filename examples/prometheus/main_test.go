@@ -151,7 +151,9 @@ func TestPrometheus(t *testing.T) {
 	})
 
 	// The broker is back: the backlog drains and its age drops to 0. A poison order is
-	// rejected for good: one dead message, counted and stored.
+	// rejected for good: one dead message, counted and stored. The counters move when a
+	// batch ends, just after its confirmation commits, so a scrape can see the table
+	// drained before the last batch is counted: wait for both, then check the counts.
 	a.broker.down.Store(false)
 	if err := a.publish(ctx, true); err != nil {
 		t.Fatal(err)
@@ -160,7 +162,9 @@ func TestPrometheus(t *testing.T) {
 		pending, _ := value(s, "outboxer_outbox_pending")
 		dead, _ := value(s, "outboxer_outbox_dead")
 		age, _ := value(s, "outboxer_outbox_oldest_age_seconds")
-		return pending == 0 && dead == 1 && age == 0
+		delivered, _ := value(s, "outboxer_messages_delivered_total")
+		deadTotal, _ := value(s, "outboxer_messages_dead_total")
+		return pending == 0 && dead == 1 && age == 0 && delivered >= 5 && deadTotal >= 1
 	})
 	if v, _ := value(s, "outboxer_messages_delivered_total"); v != 5 {
 		t.Fatalf("delivered %v, want 5", v)
