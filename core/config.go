@@ -289,12 +289,11 @@ type Config struct {
 	// warning and autovacuum does the work later.
 	VacuumInterval time.Duration
 	// AllowRepartition lets Run change an outbox's partition count (or its ordering) on a
-	// live backlog, or
-	// while relays with the old count still hold partitions (a rolling deploy). Pending
-	// messages are then moved to their group's partition among the new count, and order
-	// across the change is not guaranteed. Without it, Run changes the count only when
-	// no relay holds a partition of the outbox and nothing is pending, and is refused
-	// with ErrRepartitioned otherwise.
+	// live backlog, or while relays with the old count still hold partitions (a rolling
+	// deploy). Pending messages are then moved to their group's partition among the new
+	// count, and order across the change is not guaranteed. Without it, Run changes the
+	// count only when no relay holds a partition of the outbox and nothing is pending, and
+	// is refused with ErrRepartitioned otherwise.
 	AllowRepartition bool
 }
 
