@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -191,8 +192,15 @@ func (o *Outboxer) discard(ctx context.Context, ob *box, ids []int64) (int64, er
 			return 0, fmt.Errorf("lock leases: %w", err)
 		}
 	}
+	// The ordering the relays recorded, not this instance's: an admin instance (the
+	// dashboard's, the CLI's) is built with default options, and releasing only the
+	// poison's own group in an outbox ordered in total would leave its partition held.
+	ordering, err := recordedOrdering(ctx, tx, ob)
+	if err != nil {
+		return 0, err
+	}
 	release := map[int][]string{}
-	if ob.cfg.Ordering != OrderNone {
+	if ordering != OrderNone {
 		q, args := s.PendingGroups(ob.name, ids)
 		err = queryRows(ctx, tx, q, args, func(scan func(...any) error) error {
 			var part int
@@ -200,7 +208,7 @@ func (o *Outboxer) discard(ctx context.Context, ob *box, ids []int64) (int64, er
 			if err := scan(&part, &group); err != nil {
 				return err
 			}
-			if ob.cfg.Ordering == OrderTotal {
+			if ordering == OrderTotal {
 				release[part] = nil
 			} else if group != "" {
 				release[part] = append(release[part], group)
@@ -218,7 +226,7 @@ func (o *Outboxer) discard(ctx context.Context, ob *box, ids []int64) (int64, er
 	}
 	n, _ := res.RowsAffected()
 	for part, groups := range release {
-		if groups == nil && ob.cfg.Ordering != OrderTotal {
+		if groups == nil && ordering != OrderTotal {
 			continue
 		}
 		q, args := s.Release(ob.name, part, groups)
@@ -230,6 +238,22 @@ func (o *Outboxer) discard(ctx context.Context, ob *box, ids []int64) (int64, er
 		return 0, err
 	}
 	return n, nil
+}
+
+// recordedOrdering is the ordering the relays of ob recorded, read through tx, or this
+// instance's own when no relay has run yet.
+func recordedOrdering(ctx context.Context, tx *sql.Tx, ob *box) (Ordering, error) {
+	var (
+		known int
+		text  sql.NullString
+	)
+	if err := tx.QueryRowContext(ctx, ob.sql.ReadShape, ob.name, ob.name).Scan(&known, &text); err != nil {
+		return 0, fmt.Errorf("read the shape: %w", err)
+	}
+	if sh, ok := parseShape(text.String); ok && text.Valid {
+		return sh.ordering, nil
+	}
+	return ob.cfg.Ordering, nil
 }
 
 // RetryDead puts dead messages of an outbox back for delivery, with their attempts reset,

@@ -3,11 +3,13 @@ package dbtest_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/coretest"
 	"github.com/outboxer-go/outboxer/dbtest"
 )
 
@@ -87,6 +89,75 @@ func TestDiscardWhileThePoisonIsInFlight(t *testing.T) {
 		defer mu.Unlock()
 		if len(delivered) != 2 || delivered[0] != a[0].ID || delivered[1] != a[2].ID {
 			t.Errorf("delivered %v, want A1 %d then A3 %d", delivered, a[0].ID, a[2].ID)
+		}
+	})
+}
+
+// An admin instance (the dashboard's, the CLI's) is built with default options: ordering
+// by group. Discarding the poison of an outbox its relays order in total must still
+// release the whole partition behind it, as the relays recorded, not only the poison's
+// own group.
+func TestDiscardByAnAdminInstanceFollowsTheRecordedOrdering(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		t.Parallel()
+		ctx := context.Background()
+		var bad sync.Map
+		rec := &recorder{coretest.Recorder{Ordering: core.OrderTotal, Fail: func(batch []core.Envelope) error {
+			failed := map[int64]error{}
+			for _, e := range batch {
+				if _, ok := bad.Load(e.ID); ok {
+					failed[e.ID] = errors.New("poison")
+				}
+			}
+			if len(failed) == 0 {
+				return nil
+			}
+			return &core.PartialFailure{Failed: failed}
+		}}}
+		ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {
+			Relay: rec, Ordering: core.OrderTotal, PollInterval: 10 * time.Millisecond,
+			Backoff: core.Backoff{Func: func(int) time.Duration { return 20 * time.Millisecond }},
+		}}})
+		envs := publish(t, ob, db.DB,
+			event{Group: "A", Seq: 1}, event{Group: "A", Seq: 2},
+			event{Group: "B", Seq: 1}, event{Group: "B", Seq: 2}, event{Seq: 9})
+		poison := envs[0].ID
+		bad.Store(poison, true)
+		run(t, ob)
+		eventually(t, 30*time.Second, "the poison to fail twice", func() bool {
+			l, err := ob.ListPending(ctx, "orders", 10)
+			if err != nil {
+				t.Fatalf("ListPending: %v", err)
+			}
+			for _, e := range l {
+				if e.ID == poison && e.Attempts >= 2 {
+					return true
+				}
+			}
+			return false
+		})
+		if d := rec.delivered(); len(d) != 0 {
+			t.Fatalf("delivered %d messages behind the poison of an outbox ordered in total", len(d))
+		}
+
+		admin, err := core.New(core.Config{Name: "admin", DB: db.DB, Logger: quiet, PublishOnly: true,
+			Outboxes: map[string]core.OutboxConfig{"orders": {}}})
+		if err != nil {
+			t.Fatalf("New admin: %v", err)
+		}
+		if n, err := admin.Discard(ctx, "orders", poison); err != nil || n != 1 {
+			t.Fatalf("Discard = %d, %v; want 1, nil", n, err)
+		}
+		eventually(t, 30*time.Second, "the messages behind the poison to be delivered", func() bool {
+			return counts(t, ob, "orders").Pending == 0
+		})
+		var got []int64
+		for _, e := range rec.delivered() {
+			got = append(got, e.ID)
+		}
+		want := []int64{envs[1].ID, envs[2].ID, envs[3].ID, envs[4].ID}
+		if !slices.Equal(got, want) {
+			t.Fatalf("delivered %v, want %v in order", got, want)
 		}
 	})
 }
