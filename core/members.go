@@ -261,10 +261,11 @@ func (o *Outboxer) members(done, stop context.Context) {
 func (o *Outboxer) heartbeat(ctx context.Context, ob *box, write bool) error {
 	ctx, cancel := context.WithTimeout(ctx, max(o.cfg.LeaseDuration/2, time.Second))
 	defer cancel()
+	parts, limit := o.dealt(ctx, ob)
 	var nodes []node
 	var err error
 	if write {
-		nodes, err = o.beat(ctx, ob)
+		nodes, err = o.beat(ctx, ob, limit)
 	} else {
 		nodes, err = o.liveNodes(ctx, ob)
 	}
@@ -278,7 +279,7 @@ func (o *Outboxer) heartbeat(ctx context.Context, ob *box, write bool) error {
 		}
 		return err
 	}
-	share, ok := shares(ob.cfg.Partitions, nodes)[o.owner]
+	share, ok := shares(parts, nodes)[o.owner]
 	ob.bal.setFresh(ok)
 	if !ok {
 		return nil // our own row ran out between the two statements: next time
@@ -294,14 +295,29 @@ func (o *Outboxer) heartbeat(ctx context.Context, ob *box, write bool) error {
 		// after the batch in flight.
 		ob.signalAll(wakeNow)
 	case share < 0 || held < share:
-		return o.offerFree(ctx, ob)
+		return o.offerFree(ctx, ob, parts)
 	}
 	return nil
 }
 
+// dealt returns the partition count to deal among the nodes of ob, the one recorded, and
+// the cap this node heartbeats with. A node whose own count differs from the record (a
+// rolling deploy that changes it, with AllowRepartition) reaches only the partitions of
+// its own count: it leaves the balance, as with AllPartitions, and holds what it reaches,
+// while the nodes of the recorded count deal every partition among themselves, so that
+// none is left without a worker while it runs.
+func (o *Outboxer) dealt(ctx context.Context, ob *box) (parts, limit int) {
+	parts, limit = ob.cfg.Partitions, o.cfg.MaxPartitions
+	p, err := o.shapeFor(ctx, o.cfg.DB, ob)
+	if err != nil || p.n == parts {
+		return parts, limit
+	}
+	return p.n, AllPartitions
+}
+
 // offerFree wakes the workers of the outbox's free partitions, so that they take them
 // (as many as the share allows) now.
-func (o *Outboxer) offerFree(ctx context.Context, ob *box) error {
+func (o *Outboxer) offerFree(ctx context.Context, ob *box, parts int) error {
 	var free []int
 	err := queryRows(ctx, o.cfg.DB, ob.sql.FreeLeases, []any{ob.name}, func(scan func(...any) error) error {
 		var p int
@@ -327,7 +343,7 @@ func (o *Outboxer) offerFree(ctx context.Context, ob *box) error {
 		if err != nil {
 			return err
 		}
-		share, ok := shares(ob.cfg.Partitions, nodes)[o.owner]
+		share, ok := shares(parts, nodes)[o.owner]
 		if !ok {
 			return nil
 		}
@@ -345,9 +361,9 @@ func (o *Outboxer) offerFree(ctx context.Context, ob *box) error {
 }
 
 // beat writes the heartbeat, lists the live nodes and forgets those that missed theirs.
-func (o *Outboxer) beat(ctx context.Context, ob *box) ([]node, error) {
+func (o *Outboxer) beat(ctx context.Context, ob *box, limit int) ([]node, error) {
 	db, s := o.cfg.DB, ob.sql
-	if _, err := db.ExecContext(ctx, s.Heartbeat, ob.name, o.owner, o.cfg.MaxPartitions, o.cfg.LeaseDuration.Microseconds()); err != nil {
+	if _, err := db.ExecContext(ctx, s.Heartbeat, ob.name, o.owner, limit, o.cfg.LeaseDuration.Microseconds()); err != nil {
 		return nil, fmt.Errorf("write heartbeat: %w", err)
 	}
 	nodes, err := o.liveNodes(ctx, ob)

@@ -241,3 +241,52 @@ func TestOrderingIsRecorded(t *testing.T) {
 		eventually(t, 10*time.Second, "delivery", func() bool { return len(rec.delivered()) == 4 })
 	})
 }
+
+// In a rolling deploy from 2 to 4 partitions with AllowRepartition, every partition has a
+// worker while the old node still runs: the old node, which can reach only the partitions
+// of its own count, stops counting itself in the balance, and the new node aims at the
+// whole recorded count.
+func TestRollingDeployMorePartitions(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		t.Parallel()
+		ctx := context.Background()
+		oldRec, newRec := &recorder{}, &recorder{}
+		old := setup(t, db, core.Config{Name: "old", LeaseDuration: 2 * time.Second, Outboxes: map[string]core.OutboxConfig{
+			"orders": {Relay: oldRec, Partitions: 2, PollInterval: 10 * time.Millisecond}}})
+		run(t, old)
+		eventually(t, 10*time.Second, "the old node to hold its 2 partitions", func() bool {
+			h, err := old.Health(ctx, "orders")
+			return err == nil && len(h.Outboxes[0].Unowned) == 0 && len(h.Outboxes[0].Partitions) == 2
+		})
+		fresh := setup(t, db, core.Config{Name: "new", LeaseDuration: 2 * time.Second, AllowRepartition: true,
+			Outboxes: map[string]core.OutboxConfig{"orders": {Relay: newRec, Partitions: 4, PollInterval: 10 * time.Millisecond}}})
+		run(t, fresh)
+		// Every partition owned, and so for a while: not a moment between two moves.
+		owned := 0
+		eventually(t, 30*time.Second, "all 4 partitions to be owned for 2 s", func() bool {
+			h, err := fresh.Health(ctx, "orders")
+			if err == nil && len(h.Outboxes[0].Partitions) == 4 && len(h.Outboxes[0].Unowned) == 0 {
+				owned++
+			} else {
+				owned = 0
+			}
+			if owned >= 200 {
+				return true
+			}
+			time.Sleep(5 * time.Millisecond)
+			return false
+		})
+		keys := groupsIn(16, 4)
+		var msgs []core.Message
+		for i, k := range keys {
+			msgs = append(msgs, event{Seq: i, Group: k})
+		}
+		publish(t, fresh, db.DB, msgs...)
+		eventually(t, 20*time.Second, "every message to be delivered while both nodes run", func() bool {
+			return len(oldRec.delivered())+len(newRec.delivered()) >= len(msgs) && counts(t, fresh, "orders").Pending == 0
+		})
+		if n := len(oldRec.delivered()) + len(newRec.delivered()); n != len(msgs) {
+			t.Errorf("delivered %d, want %d", n, len(msgs))
+		}
+	})
+}
