@@ -20,6 +20,20 @@
 // row and different for any other row. (The Watermill sink's message UUID is that key
 // for the empty database name.)
 //
+// # Messages without a key
+//
+// A message that carries no key was not written by an outboxer sink: a record another
+// producer wrote to a topic the relay shares, a message sent to the queue by hand. The
+// inbox cannot deduplicate it, and the handler, written for outbox messages, is not
+// run for it. Each helper hands it to a ForeignPolicy instead, the same type for all
+// four (kafka.ConsumerConfig.OnForeign, sqs.ConsumerConfig.OnForeign,
+// watermillsink.OnForeign, riversink.OnForeign). The default, SkipForeign, logs a
+// warning and acknowledges the message, so that the consumer goes on past it (a Kafka
+// consumer commits past its offset) and does not meet it again; StopOnForeign refuses
+// it with an error matching ErrNoKey, and the consumer stops at it; a function of
+// yours can dead-letter it (ForeignMessage carries its payload and headers) before it
+// is acknowledged. The helpers report such a message with the outcome Foreign.
+//
 // # Racing consumers
 //
 // When two consumers receive the same message at once, the second's Claim waits for

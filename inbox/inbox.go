@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/internal/sqlerr"
 )
 
 // Defaults.
@@ -42,6 +42,7 @@ var (
 	ErrInvalidMessage = errors.New("inbox: invalid message")
 	// ErrNoKey: a consumer helper received a message that carries no key
 	// (core.HeaderKey): it was not sent by an outboxer sink, or by one too old to add it.
+	// The helper hands such a message to its ForeignPolicy.
 	ErrNoKey = errors.New("inbox: message carries no " + core.HeaderKey)
 )
 
@@ -128,6 +129,10 @@ const (
 	// stale check). The record is written; the consumer decides (skip, process,
 	// dead-letter) in the same transaction.
 	Stale
+	// Foreign: the message carries no key (ErrNoKey), and the consumer helper's
+	// ForeignPolicy let it pass: the handler did not run, nothing was recorded, and the
+	// helper acknowledged the message. Claim and Handle never return it.
+	Foreign
 )
 
 func (o Outcome) String() string {
@@ -138,6 +143,8 @@ func (o Outcome) String() string {
 		return "duplicate"
 	case Stale:
 		return "stale"
+	case Foreign:
+		return "foreign"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -403,56 +410,10 @@ func (in *Inbox) handleOnce(ctx context.Context, consumer string, m Message, h H
 	return o, nil
 }
 
-// retryable reports whether err is a serialization failure or a deadlock, found by
-// its SQLSTATE without importing a driver: a SQLState() method (pgx, lib/pq) or a
-// [5]byte SQLState field (go-sql-driver/mysql's MySQLError, whose deadlock 1213 and
-// lock wait timeouts in a serializable transaction carry 40001).
-func retryable(err error) bool {
-	var st interface{ SQLState() string }
-	if errors.As(err, &st) {
-		return serializationState(st.SQLState())
-	}
-	for _, e := range errorChain(err) {
-		v := reflect.ValueOf(e)
-		if v.Kind() == reflect.Pointer {
-			v = v.Elem()
-		}
-		if v.Kind() != reflect.Struct {
-			continue
-		}
-		f := v.FieldByName("SQLState")
-		if f.IsValid() && f.Kind() == reflect.Array && f.Len() == 5 && f.Type().Elem().Kind() == reflect.Uint8 {
-			var b [5]byte
-			reflect.Copy(reflect.ValueOf(b[:]), f)
-			return serializationState(string(b[:]))
-		}
-	}
-	return false
-}
-
-func serializationState(s string) bool { return s == "40001" || s == "40P01" }
-
-// errorChain lists err and every error it wraps, depth first.
-func errorChain(err error) []error {
-	var out []error
-	var walk func(error)
-	walk = func(e error) {
-		if e == nil {
-			return
-		}
-		out = append(out, e)
-		switch u := e.(type) {
-		case interface{ Unwrap() error }:
-			walk(u.Unwrap())
-		case interface{ Unwrap() []error }:
-			for _, x := range u.Unwrap() {
-				walk(x)
-			}
-		}
-	}
-	walk(err)
-	return out
-}
+// retryable reports whether err is a serialization failure or a deadlock, read from
+// the driver's error without importing a driver (internal/sqlerr): pgx, lib/pq, bun's
+// pgdriver, go-sql-driver/mysql (whose deadlock 1213 carries SQLSTATE 40001).
+func retryable(err error) bool { return sqlerr.Retryable(err) }
 
 // Prune deletes the records older than the window and the group marks not raised
 // within it, and returns how many records it deleted.

@@ -19,7 +19,7 @@ import (
 // rolls back its writes and the claim.
 type RecordHandler func(ctx context.Context, tx *sql.Tx, rec *kgo.Record, o inbox.Outcome) error
 
-// ConsumerConfig configures a Consumer. Every field is required.
+// ConsumerConfig configures a Consumer. Client, Inbox, Name and Handler are required.
 type ConsumerConfig struct {
 	// Client consumes the topics in a consumer group (kgo.ConsumerGroup,
 	// kgo.ConsumeTopics) with kgo.DisableAutoCommit: the Consumer commits the offsets,
@@ -33,6 +33,15 @@ type ConsumerConfig struct {
 	Name string
 	// Handler does each record's work.
 	Handler RecordHandler
+	// OnForeign decides what becomes of a record without a key (HeaderKey), one that no
+	// outboxer sink wrote (another producer on the topic): when it returns nil the
+	// record is skipped (HandleRecord returns inbox.Foreign) and Run commits past it;
+	// when it returns an error, Run returns it without committing the record's offset,
+	// and the group's next consumer meets the record again. Default
+	// inbox.SkipForeign(Inbox.Logger()): skip it and log a warning. inbox.StopOnForeign
+	// stops Run at it with an error matching inbox.ErrNoKey; a function of yours can
+	// dead-letter it (see inbox.ForeignPolicy).
+	OnForeign inbox.ForeignPolicy
 }
 
 // Consumer handles the records a franz-go client fetches with an inbox: each record in
@@ -64,6 +73,9 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	}
 	if auto, _ := cfg.Client.OptValue(kgo.DisableAutoCommit).(bool); !auto {
 		return nil, bad("Client", "build it with kgo.DisableAutoCommit: offsets must be committed only after the records' transactions")
+	}
+	if cfg.OnForeign == nil {
+		cfg.OnForeign = inbox.SkipForeign(cfg.Inbox.Logger())
 	}
 	return &Consumer{cfg: cfg}, nil
 }
@@ -97,9 +109,14 @@ func MessageOf(rec *kgo.Record) (inbox.Message, error) {
 // HandleRecord runs the handler for rec in a transaction that claims its key first, and
 // commits it. It returns inbox.Duplicate without running the handler for a record
 // already handled, the handler's error (wrapped) after rolling back, or the outcome
-// after the commit. It commits no offset: Run does, or you do after it returns nil.
+// after the commit. A record without a key goes to ConsumerConfig.OnForeign instead:
+// HandleRecord returns inbox.Foreign when the policy returns nil, or the policy's error.
+// It commits no offset: Run does, or you do after it returns nil.
 func (c *Consumer) HandleRecord(ctx context.Context, rec *kgo.Record) (inbox.Outcome, error) {
 	m, err := MessageOf(rec)
+	if errors.Is(err, inbox.ErrNoKey) {
+		return c.foreign(ctx, rec, err)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -108,10 +125,27 @@ func (c *Consumer) HandleRecord(ctx context.Context, rec *kgo.Record) (inbox.Out
 	})
 }
 
+// foreign hands a record without a key to the OnForeign policy.
+func (c *Consumer) foreign(ctx context.Context, rec *kgo.Record, noKey error) (inbox.Outcome, error) {
+	hdr := make(map[string]string, len(rec.Headers))
+	for _, h := range rec.Headers {
+		hdr[h.Key] = string(h.Value)
+	}
+	err := c.cfg.OnForeign(ctx, inbox.ForeignMessage{
+		Consumer: c.cfg.Name,
+		ID:       fmt.Sprintf("%s/%d@%d", rec.Topic, rec.Partition, rec.Offset),
+		Payload:  rec.Value, Headers: hdr, Raw: rec, Err: noKey,
+	})
+	if err != nil {
+		return 0, err
+	}
+	return inbox.Foreign, nil
+}
+
 // Run polls the client and handles each fetched record with HandleRecord, in order per
-// partition, then commits the offsets of the handled records; it returns nil when ctx
-// ends. When a record fails (the handler's error, a record without a key, a database
-// error), Run commits the offsets of the records handled before it and returns the
+// partition, then commits the offsets of the handled records (and of the foreign ones
+// that ConsumerConfig.OnForeign skipped); it returns nil when ctx ends. When a record
+// fails (the handler's error, the OnForeign policy's error, a database error), Run commits the offsets of the records handled before it and returns the
 // error: the failed record's offset is not committed, so the group's next consumer
 // (this one restarted: close the client and build another) receives it again, and the
 // inbox reports any record of the same fetch that was already handled as a duplicate.

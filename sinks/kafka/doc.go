@@ -48,4 +48,12 @@
 // claims the key, so a record delivered again (by the relay after a crash, or by Kafka
 // to a consumer restarted before committing its offsets) does not run the handler
 // twice; offsets are committed only after the transactions commit.
+//
+// A record without HeaderKey (another producer's, on a topic the relay shares) cannot
+// be deduplicated and does not reach the handler: ConsumerConfig.OnForeign, an
+// inbox.ForeignPolicy, decides. By default (inbox.SkipForeign) the consumer logs a
+// warning and commits past the record, so the partition goes on and a restarted
+// consumer does not meet it again; inbox.StopOnForeign makes Run return an error
+// matching inbox.ErrNoKey without committing it; a function of yours can dead-letter
+// it first (see ExampleConsumerConfig_onForeign).
 package kafka

@@ -81,7 +81,8 @@ func TestAttackForwardedHeaders(t *testing.T) {
 }
 
 // TestAttackMalformedRecords: records another producer wrote. Without the key header
-// (or with an empty one) a record is refused with ErrNoKey; with a key the inbox
+// (or with an empty one) a record is refused with ErrNoKey (the OnForeign policy
+// inbox.StopOnForeign); with a key the inbox
 // refuses, ErrInvalidMessage; neither runs the handler. Of repeated headers the last
 // counts, as Kafka's Headers.lastHeader reads them; a garbage ID leaves the record
 // out of the stale check.
@@ -141,7 +142,7 @@ func TestAttackMalformedRecords(t *testing.T) {
 	cl := groupClient(t, kc.ListenAddrs())
 	defer cl.Close()
 	ran := map[string]int{}
-	c, err := kafka.NewConsumer(kafka.ConsumerConfig{Client: cl, Inbox: in, Name: "billing",
+	c, err := kafka.NewConsumer(kafka.ConsumerConfig{Client: cl, Inbox: in, Name: "billing", OnForeign: inbox.StopOnForeign,
 		Handler: func(ctx context.Context, tx *sql.Tx, rec *kgo.Record, o inbox.Outcome) error {
 			ran[string(rec.Value)]++
 			return nil
@@ -174,8 +175,10 @@ func TestAttackMalformedRecords(t *testing.T) {
 	}
 }
 
-// TestAttackPoisonRecordStopsRun: a record without a key in the middle of a partition.
-// Run handles and commits the records before it, then returns ErrNoKey without
+// TestAttackPoisonRecordStopsRun: a record without a key in the middle of a partition,
+// with the OnForeign policy inbox.StopOnForeign (the default skips it, see
+// consumer_foreign_test.go). Run handles and commits the records before it, then
+// returns ErrNoKey without
 // committing the bad record's offset, so the group's next consumer receives it again
 // and stops at it again: the records behind it wait until an operator removes it (or
 // a handler of theirs skips it). What it must never do is commit past it unhandled or
@@ -199,7 +202,7 @@ func TestAttackPoisonRecordStopsRun(t *testing.T) {
 	for round := range 2 {
 		cl := groupClient(t, kc.ListenAddrs())
 		var seen []int64
-		c, err := kafka.NewConsumer(kafka.ConsumerConfig{Client: cl, Inbox: in, Name: "billing",
+		c, err := kafka.NewConsumer(kafka.ConsumerConfig{Client: cl, Inbox: in, Name: "billing", OnForeign: inbox.StopOnForeign,
 			Handler: func(ctx context.Context, tx *sql.Tx, rec *kgo.Record, o inbox.Outcome) error {
 				seen = append(seen, recordID(rec))
 				_, err := tx.ExecContext(ctx, `INSERT INTO effects (id) VALUES (?)`, recordID(rec))

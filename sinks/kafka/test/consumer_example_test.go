@@ -80,3 +80,61 @@ func ExampleConsumer() {
 	// duplicate <nil>
 	// invoices: 1
 }
+
+// A consumer on a topic that another producer writes to as well: its record carries no
+// outboxer-key, so the handler does not run for it. The OnForeign policy here
+// dead-letters it to a table and returns nil, so the consumer commits past it; the
+// default policy (inbox.SkipForeign) would only log it, and inbox.StopOnForeign would
+// stop Run at it.
+func ExampleConsumerConfig_onForeign() {
+	cluster, _ := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
+	defer cluster.Close()
+	dir, _ := os.MkdirTemp("", "billing")
+	defer os.RemoveAll(dir)
+	db, _ := sql.Open("sqlite", dbtest.SQLiteDSN(filepath.Join(dir, "billing.db")))
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Another producer's record, then an outbox message.
+	client, _ := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("orders"),
+		kgo.ConsumerGroup("billing"), kgo.ConsumeTopics("orders"), kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	defer client.Close()
+	client.ProduceSync(ctx, &kgo.Record{Value: []byte(`legacy 7`)})
+	relay, _ := kafka.New(kafka.Config{Brokers: cluster.ListenAddrs(), Topic: "orders"})
+	defer relay.Close()
+	relay.Deliver(ctx, []core.Envelope{{ID: 1, Outbox: "orders", Type: "order.placed", Payload: []byte(`42`)}})
+
+	in, _ := inbox.New(inbox.Config{DB: db})
+	in.Migrate(ctx)
+	db.ExecContext(ctx, `CREATE TABLE invoices (order_id TEXT)`)
+	db.ExecContext(ctx, `CREATE TABLE dead_letters (source TEXT, body BLOB)`)
+	consumer, err := kafka.NewConsumer(kafka.ConsumerConfig{Client: client, Inbox: in, Name: "billing",
+		Handler: func(ctx context.Context, tx *sql.Tx, rec *kgo.Record, _ inbox.Outcome) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO invoices (order_id) VALUES (?)`, string(rec.Value))
+			return err
+		},
+		OnForeign: func(ctx context.Context, m inbox.ForeignMessage) error {
+			_, err := db.ExecContext(ctx, `INSERT INTO dead_letters (source, body) VALUES (?, ?)`, m.ID, m.Payload)
+			return err // nil: the consumer commits past the record
+		}})
+	if err != nil {
+		panic(err)
+	}
+	for handled := 0; handled < 2 && ctx.Err() == nil; {
+		for _, rec := range client.PollRecords(ctx, 1).Records() {
+			o, err := consumer.HandleRecord(ctx, rec)
+			fmt.Println(o, err)
+			client.CommitRecords(ctx, rec)
+			handled++
+		}
+	}
+	var source, body string
+	db.QueryRowContext(ctx, `SELECT source, body FROM dead_letters`).Scan(&source, &body)
+	fmt.Println("dead letter:", source, body)
+	// Output:
+	// foreign <nil>
+	// claimed <nil>
+	// dead letter: orders/0@0 legacy 7
+}
