@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/internal/cloudevents"
 )
 
 // The Kafka headers the sink adds to every record, besides the message's own headers.
@@ -105,6 +106,10 @@ type Config struct {
 	// Table when the outbox has a table of its own and Source when several databases'
 	// outboxes reach the same consumers, so that no two rows share a key.
 	Table, Source string
+
+	// CloudEvents, when set, sends every message as a CloudEvent: in the binary content
+	// mode (ce_ headers) unless it says Structured. See CloudEvents.
+	CloudEvents *CloudEvents
 }
 
 // Relay delivers messages to Kafka. Create it with New; it is safe for concurrent use.
@@ -116,6 +121,7 @@ type Relay struct {
 	batchBytes int // the client's ProducerBatchMaxBytes
 	table      string
 	source     string
+	ce         *cloudevents.Options // nil: plain records
 
 	// mu makes deliveries take turns, so that no delivery's records are flushed half
 	// buffered by another's flush (which would split them over two record batches).
@@ -149,7 +155,11 @@ func New(cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, bad("Compression", "%v", err)
 	}
-	r := &Relay{maxBytes: cfg.MaxRecordBytes, topic: cfg.TopicFunc, table: cmp.Or(cfg.Table, core.DefaultTable), source: cfg.Source}
+	ce, err := cfg.CloudEvents.options()
+	if err != nil {
+		return nil, fmt.Errorf("kafka: invalid Config.%w", err)
+	}
+	r := &Relay{maxBytes: cfg.MaxRecordBytes, topic: cfg.TopicFunc, table: cmp.Or(cfg.Table, core.DefaultTable), source: cfg.Source, ce: ce}
 	if r.maxBytes == 0 {
 		r.maxBytes = DefaultMaxRecordBytes
 	}
@@ -354,22 +364,29 @@ func (r *Relay) record(env core.Envelope) (*kgo.Record, int, error) {
 	if env.GroupKey != "" {
 		rec.Key = []byte(env.GroupKey)
 	}
-	names := make([]string, 0, len(env.Headers))
-	for k := range env.Headers {
-		if k != HeaderID && k != HeaderType && k != HeaderOutbox && k != HeaderKey {
-			names = append(names, k)
+	key := core.MessageKey(r.source, r.table, env.ID)
+	if r.ce != nil {
+		if err := r.cloudEvent(rec, env, key); err != nil {
+			return nil, 0, core.Permanent(fmt.Errorf("kafka: %w", err))
 		}
-	}
-	slices.Sort(names)
-	rec.Headers = make([]kgo.RecordHeader, 0, len(names)+4)
-	for _, k := range names {
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: []byte(env.Headers[k])})
+	} else {
+		names := make([]string, 0, len(env.Headers))
+		for k := range env.Headers {
+			if k != HeaderID && k != HeaderType && k != HeaderOutbox && k != HeaderKey {
+				names = append(names, k)
+			}
+		}
+		slices.Sort(names)
+		rec.Headers = make([]kgo.RecordHeader, 0, len(names)+4)
+		for _, k := range names {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: []byte(env.Headers[k])})
+		}
 	}
 	rec.Headers = append(rec.Headers,
 		kgo.RecordHeader{Key: HeaderID, Value: strconv.AppendInt(nil, env.ID, 10)},
 		kgo.RecordHeader{Key: HeaderType, Value: []byte(env.Type)},
 		kgo.RecordHeader{Key: HeaderOutbox, Value: []byte(env.Outbox)},
-		kgo.RecordHeader{Key: HeaderKey, Value: []byte(core.MessageKey(r.source, r.table, env.ID))},
+		kgo.RecordHeader{Key: HeaderKey, Value: []byte(key)},
 	)
 	size := len(rec.Key) + len(rec.Value)
 	for _, h := range rec.Headers {
