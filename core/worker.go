@@ -603,21 +603,19 @@ func (w *worker) confirmOnce(ctx context.Context, batch []Envelope, deliverTx fu
 	return out, nil
 }
 
-// deliverTx hands a batch to a TxRelay. The delivery and the removal of the delivered
-// rows commit together, in one transaction under the delivery's deadline. The failures
-// are recorded after it, in a transaction of their own that the deadline cannot end and
-// that a statement which aborted the delivery's transaction cannot spoil: attempts count,
-// MaxAttempts and Permanent apply, and a failing batch does not go again at once.
-func (w *worker) deliverTx(ctx, dctx context.Context, txr TxRelay, batch []Envelope) (outcome, error) {
-	out, called, err := w.deliverInTx(dctx, txr, batch)
-	if err != nil && !called {
+// deliverTx hands a batch to a TxRelay, narrowing it when it fails (see narrowing). Each
+// delivery and the removal of its delivered rows commit together, in one transaction
+// under the delivery's deadline. The failures are recorded after them, in a transaction
+// of their own that the deadline cannot end and that a statement which aborted a
+// delivery's transaction cannot spoil: attempts count, MaxAttempts and Permanent apply,
+// and a failing batch does not go again at once.
+func (w *worker) deliverTx(ctx, bctx, dctx context.Context, txr TxRelay, batch []Envelope) (outcome, error) {
+	out, err := w.deliverNarrowed(ctx, bctx, dctx, batch, func(dctx context.Context, part []Envelope) tried {
+		return w.deliverPartTx(dctx, txr, part)
+	})
+	if err != nil {
 		// The relay was not called (lease lost, database away): no attempt to record.
 		return outcome{}, err
-	}
-	if err != nil {
-		// Rolled back (or its commit is in doubt, and then the failure updates below find
-		// the rows gone): nothing counts as delivered.
-		out = w.judge(dctx, batch, err)
 	}
 	if len(out.failed) == 0 && len(out.dead) == 0 {
 		return out, nil
@@ -633,12 +631,13 @@ func (w *worker) deliverTx(ctx, dctx context.Context, txr TxRelay, batch []Envel
 
 // deliverInTx runs DeliverTx in a transaction fenced by the lease and commits it with
 // the delivered rows removed (and the groups they held released); it rolls back when
-// nothing was delivered. called says whether the relay was called.
-func (w *worker) deliverInTx(ctx context.Context, txr TxRelay, batch []Envelope) (out outcome, called bool, err error) {
+// nothing was delivered. res is what the relay returned; called says whether it was called.
+func (w *worker) deliverInTx(ctx context.Context, txr TxRelay, batch []Envelope) (out outcome, res error, called bool, err error) {
 	s := w.ob.sql
 	err = w.fenced(ctx, func(tx *sql.Tx) error {
 		called = true
-		out = w.judge(ctx, batch, w.call(func() error { return txr.DeliverTx(ctx, tx, batch) }))
+		res = w.call(func() error { return txr.DeliverTx(ctx, tx, batch) })
+		out = w.judge(ctx, batch, res)
 		if len(out.delivered) == 0 {
 			return errNothingDelivered
 		}
@@ -655,12 +654,12 @@ func (w *worker) deliverInTx(ctx context.Context, txr TxRelay, batch []Envelope)
 		return w.releaseHeld(ctx, tx, w.releases(batch, outcome{delivered: out.delivered}))
 	})
 	if errors.Is(err, errNothingDelivered) {
-		return out, true, nil // rolled back: nothing to commit
+		return out, res, true, nil // rolled back: nothing to commit
 	}
 	if err != nil && called {
-		return outcome{}, true, fmt.Errorf("deliver in transaction: %w", err)
+		return outcome{}, res, true, fmt.Errorf("deliver in transaction: %w", err)
 	}
-	return out, called, err
+	return out, res, called, err
 }
 
 // errNothingDelivered rolls back a delivery transaction in which nothing was delivered.
@@ -721,30 +720,21 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 	}
 	began := time.Now()
 
-	// The delivery ends before the lease could run out, and at the delivery timeout.
-	deadline := began.Add(w.ob.cfg.DeliveryTimeout)
-	if w.until.Before(deadline) {
-		deadline = w.until
-	}
 	bctx := hard
 	if hooks.OnBatchContext != nil {
 		if c := hooks.OnBatchContext(hard, ev); c != nil {
 			bctx = c
 		}
 	}
-	var cause error // the delivery timeout is the relay's: a failed attempt
-	if deadline.Equal(w.until) {
-		cause = errLeaseEnding
-	}
-	dctx, cancel := context.WithDeadlineCause(bctx, deadline, cause)
+	// The delivery ends before the lease could run out, and at the delivery timeout.
+	dctx, cancel := w.deliveryContext(bctx)
 	defer cancel()
 
 	var out outcome
 	if txr, ok := w.ob.cfg.Relay.(TxRelay); ok {
-		out, err = w.deliverTx(ctx, dctx, txr, batch)
+		out, err = w.deliverTx(ctx, bctx, dctx, txr, batch)
 	} else {
-		result := w.call(func() error { return w.ob.cfg.Relay.Deliver(dctx, batch) })
-		out = w.judge(dctx, batch, result)
+		out, _ = w.deliverNarrowed(ctx, bctx, dctx, batch, w.deliverPlain)
 		// Confirm even after a cancelled delivery: what was delivered must be recorded.
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer ccancel()

@@ -1,0 +1,198 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// A batch whose delivery fails as a whole (the relay returned a plain error: nothing was
+// delivered) does not charge an attempt to each of its messages: one poison message
+// would make its batch-mates of other groups dead with it. The engine narrows the batch
+// instead: it hands over each half on its own, then each half of a half that fails, down
+// to one message, so that the attempt and the dead-lettering land on the message that
+// really fails. A TxRelay whose transaction could not commit after a PartialFailure (a
+// failed statement aborted it on PostgreSQL, or the failed message used up the
+// deadline) has only the messages it named charged; the others go again at once in a
+// transaction of their own.
+//
+// Order is kept: the parts go in batch order, and a message whose group has a message
+// not delivered before it in the batch is not handed over (it stays pending, no attempt
+// counted, and goes in a later batch behind the failed one). Each part has a delivery
+// deadline of its own; the narrowing stops handing over parts when the worker is
+// stopping, its lease cannot be renewed, its outbox is paused, or the engine itself cut a
+// delivery short, and what was not tried then stays pending with no attempt counted.
+
+// tried is what came of handing part of a batch to the relay once.
+type tried struct {
+	out outcome
+	// whole: the relay failed the part as a whole, nothing of it was delivered, and a
+	// smaller part may fare better.
+	whole bool
+	// again: the messages the relay delivered in a transaction another message's failure
+	// spoiled; they were not delivered and go again without it.
+	again []Envelope
+	// stop: hand over nothing more now (the engine cut the delivery short).
+	stop bool
+	// err: the relay was not called (the lease was lost, the database is away).
+	err error
+}
+
+// narrowing delivers a batch part by part after its delivery as a whole failed.
+type narrowing struct {
+	w       *worker
+	ctx     context.Context // once it is done, nothing more is handed over
+	bctx    context.Context // the parent of each part's delivery context
+	deliver func(dctx context.Context, part []Envelope) tried
+	stopped map[string]bool // groups with a message not delivered: their later ones wait
+	out     outcome
+	halt    bool
+}
+
+// deliverNarrowed delivers batch: first as a whole, with the delivery context dctx, then,
+// if that failed as a whole, part by part (see above). It returns the combined outcome;
+// an error only when the relay could not be called for the batch at all.
+func (w *worker) deliverNarrowed(ctx, bctx, dctx context.Context, batch []Envelope,
+	deliver func(dctx context.Context, part []Envelope) tried) (outcome, error) {
+	first := deliver(dctx, batch)
+	if first.err != nil {
+		return outcome{}, first.err
+	}
+	n := &narrowing{w: w, ctx: ctx, bctx: bctx, deliver: deliver, stopped: map[string]bool{}}
+	n.settle(batch, first)
+	out := n.out
+	out.held = len(batch) - len(out.delivered) - len(out.failed) - len(out.dead)
+	return out, nil
+}
+
+// settle records what came of delivering part and narrows further where it failed.
+func (n *narrowing) settle(part []Envelope, t tried) {
+	if t.err != nil || t.stop {
+		n.halt = true
+	}
+	if t.whole && len(part) > 1 && !n.halt {
+		mid := len(part) / 2
+		n.try(part[:mid])
+		n.try(part[mid:])
+		return
+	}
+	n.out.delivered = append(n.out.delivered, t.out.delivered...)
+	n.out.failed = append(n.out.failed, t.out.failed...)
+	n.out.dead = append(n.out.dead, t.out.dead...)
+	went := make(map[int64]bool, len(t.out.delivered)+len(t.again))
+	for _, id := range t.out.delivered {
+		went[id] = true
+	}
+	for i := range t.again {
+		went[t.again[i].ID] = true
+	}
+	for i := range part {
+		if !went[part[i].ID] {
+			n.stop(&part[i])
+		}
+	}
+	if len(t.again) > 0 {
+		n.try(t.again)
+	}
+}
+
+// stop holds back the rest of e's group.
+func (n *narrowing) stop(e *Envelope) {
+	if g := n.w.group(e); g != "" {
+		n.stopped[g] = true
+	}
+}
+
+// try hands part to the relay with a deadline of its own, leaving out the messages
+// behind a failure of their group.
+func (n *narrowing) try(part []Envelope) {
+	if n.halt {
+		return
+	}
+	open := make([]Envelope, 0, len(part))
+	for i := range part {
+		if g := n.w.group(&part[i]); g == "" || !n.stopped[g] {
+			open = append(open, part[i])
+		}
+	}
+	if len(open) == 0 {
+		return
+	}
+	w := n.w
+	if n.ctx.Err() != nil || w.ob.pauses.Load() != w.pauses {
+		n.halt = true
+		return
+	}
+	if w.due() {
+		if err := w.renew(n.ctx); err != nil || w.paused {
+			n.halt = true
+			return
+		}
+	}
+	dctx, cancel := w.deliveryContext(n.bctx)
+	t := n.deliver(dctx, open)
+	cancel()
+	n.settle(open, t)
+}
+
+// deliveryContext is the context of one delivery: it ends at the delivery timeout, or
+// before the lease could run out (with errLeaseEnding as its cause).
+func (w *worker) deliveryContext(parent context.Context) (context.Context, context.CancelFunc) {
+	deadline := time.Now().Add(w.ob.cfg.DeliveryTimeout)
+	var cause error // the delivery timeout is the relay's: a failed attempt
+	if !w.until.After(deadline) {
+		deadline, cause = w.until, errLeaseEnding
+	}
+	return context.WithDeadlineCause(parent, deadline, cause)
+}
+
+// wholeFailure reports whether res, a relay's result for a delivery with context dctx,
+// failed the batch as a whole through the relay's fault: a plain error, not a
+// PartialFailure, and not a cut the engine made.
+func wholeFailure(dctx context.Context, res error) bool {
+	var pf *PartialFailure
+	return res != nil && !errors.As(res, &pf) && !engineCut(dctx)
+}
+
+// deliverPlain hands part to a Relay.
+func (w *worker) deliverPlain(dctx context.Context, part []Envelope) tried {
+	res := w.call(func() error { return w.ob.cfg.Relay.Deliver(dctx, part) })
+	return tried{out: w.judge(dctx, part, res), whole: wholeFailure(dctx, res), stop: engineCut(dctx)}
+}
+
+// deliverPartTx hands part to a TxRelay in a transaction of its own, which commits what
+// was delivered. The failures are judged, not recorded.
+func (w *worker) deliverPartTx(dctx context.Context, txr TxRelay, part []Envelope) tried {
+	out, res, called, err := w.deliverInTx(dctx, txr, part)
+	cut := engineCut(dctx)
+	switch {
+	case err != nil && !called:
+		return tried{err: err}
+	case err == nil:
+		return tried{out: out, whole: wholeFailure(dctx, res), stop: cut}
+	}
+	// The transaction did not commit (or its commit is in doubt, and then the failure
+	// updates find the rows gone): nothing of part was delivered.
+	var pf *PartialFailure
+	if errors.As(res, &pf) && pf != nil && len(pf.Failed) > 0 {
+		// The relay named what failed: that is charged, and what it delivered goes again
+		// without it.
+		j := w.judge(dctx, part, res)
+		if len(j.delivered) < len(part) {
+			byID := make(map[int64]bool, len(j.delivered))
+			for _, id := range j.delivered {
+				byID[id] = true
+			}
+			var again []Envelope
+			for i := range part {
+				if byID[part[i].ID] {
+					again = append(again, part[i])
+				}
+			}
+			return tried{out: outcome{failed: j.failed, dead: j.dead}, again: again, stop: cut}
+		}
+	}
+	// The relay reported the part delivered, and its transaction failed: the part
+	// failed as a whole, with the transaction's error.
+	return tried{out: w.judge(dctx, part, err), whole: !cut, stop: cut}
+}

@@ -1,0 +1,240 @@
+package dbtest_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/dbtest"
+)
+
+// poisonTxRelay is a job queue in the outbox's database: it inserts a row into jobs for
+// every message of a batch, in the engine's transaction, except for its poison message,
+// whose delivery fails: with a statement that fails (on PostgreSQL, it aborts the
+// transaction) or by running into the delivery deadline. It then returns a
+// PartialFailure naming the poison message alone.
+type poisonTxRelay struct {
+	dialect  core.Dialect
+	deadline bool
+
+	mu      sync.Mutex
+	poison  int64
+	batches [][]int64 // the IDs of every batch handed over
+}
+
+func (r *poisonTxRelay) Deliver(context.Context, []core.Envelope) error {
+	return errors.New("Deliver called on a TxRelay")
+}
+
+func (r *poisonTxRelay) DeliverTx(ctx context.Context, tx *sql.Tx, batch []core.Envelope) error {
+	r.mu.Lock()
+	poison := r.poison
+	r.batches = append(r.batches, ids(batch))
+	r.mu.Unlock()
+	bad := false
+	for _, e := range batch {
+		if e.ID == poison {
+			bad = true
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, placeholders(r.dialect, `INSERT INTO jobs (msg_id) VALUES (?)`), e.ID); err != nil {
+			return fmt.Errorf("insert job %d: %w", e.ID, err)
+		}
+	}
+	if !bad {
+		return nil
+	}
+	var err error
+	if r.deadline {
+		<-ctx.Done()
+		err = ctx.Err()
+	} else if _, err = tx.ExecContext(ctx, `INSERT INTO no_such_table VALUES (1)`); err == nil {
+		err = errors.New("the failing statement did not fail")
+	}
+	return &core.PartialFailure{Failed: map[int64]error{poison: err}}
+}
+
+func (r *poisonTxRelay) handedOver() [][]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.batches)
+}
+
+func ids(batch []core.Envelope) []int64 {
+	out := make([]int64, len(batch))
+	for i, e := range batch {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// jobs reads the IDs in the jobs table, in order.
+func jobs(t *testing.T, db *dbtest.DB) []int64 {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), `SELECT msg_id FROM jobs ORDER BY msg_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// A TxRelay that fails one message of a batch with a PartialFailure, after that message's
+// delivery aborted the transaction (PostgreSQL) or used up the delivery deadline: only
+// that message is charged and goes dead; its batch-mates of another group and of none are
+// delivered once, in a transaction of their own.
+func TestTxRelayPartialFailureChargesOnlyTheFailedMessage(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		t.Parallel()
+		for _, c := range []struct {
+			name     string
+			deadline bool
+		}{{"aborting statement", false}, {"delivery deadline", true}} {
+			t.Run(c.name, func(t *testing.T) {
+				ctx := context.Background()
+				if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS jobs (msg_id BIGINT PRIMARY KEY)`); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.ExecContext(ctx, `DELETE FROM jobs`); err != nil {
+					t.Fatal(err)
+				}
+				box := map[bool]string{false: "statement", true: "deadline"}[c.deadline]
+				relay := &poisonTxRelay{dialect: db.Dialect, deadline: c.deadline}
+				ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{box: {
+					Relay: relay, MaxAttempts: 2, PollInterval: 10 * time.Millisecond,
+					DeliveryTimeout: 200 * time.Millisecond, Backoff: core.Backoff{Min: time.Millisecond, Max: 5 * time.Millisecond}}}})
+				envs := publish(t, ob, db.DB, event{Box: box, Seq: 1, Group: "a"}, event{Box: box, Seq: 2, Group: "b"}, event{Box: box, Seq: 3})
+				relay.mu.Lock()
+				relay.poison = envs[0].ID
+				relay.mu.Unlock()
+				run(t, ob)
+				eventually(t, 30*time.Second, "the poison message dead and nothing pending", func() bool {
+					c := counts(t, ob, box)
+					return c.Dead >= 1 && c.Pending == 0
+				})
+				if got := counts(t, ob, box); got.Dead != 1 {
+					t.Fatalf("counts %+v, want only the poison message dead", got)
+				}
+				dead, err := ob.ListDead(ctx, box, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(dead) != 1 || dead[0].ID != envs[0].ID || dead[0].Attempts != 2 || dead[0].LastError == "" {
+					t.Fatalf("dead: %+v, want message %d alone, with 2 attempts and a reason", dead, envs[0].ID)
+				}
+				if got, want := jobs(t, db), []int64{envs[1].ID, envs[2].ID}; !slices.Equal(got, want) {
+					t.Fatalf("jobs committed: %v, want %v", got, want)
+				}
+				if b := relay.handedOver(); len(b) == 0 || len(b[0]) != 3 {
+					t.Fatalf("batches handed over: %v, want the three messages in the first", b)
+				}
+			})
+		}
+	})
+}
+
+// A plain Relay that fails a whole batch with a plain error because of one poison message
+// in it: the engine narrows the batch, so only the poison message is charged and goes
+// dead. Every other message, of its group or another, is delivered, once, in per-group
+// order, and the poison message's group goes on only once it is dead.
+func TestPlainErrorBatchIsNarrowedToThePoisonMessage(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		t.Parallel()
+		const attempts = 2
+		var (
+			mu        sync.Mutex
+			poison    int64
+			alone     int             // deliveries of the poison message alone
+			delivered []core.Envelope // in delivery order
+			aloneAt   = map[int64]int{}
+		)
+		relay := core.RelayFunc(func(ctx context.Context, batch []core.Envelope) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, e := range batch {
+				if e.ID == poison {
+					if len(batch) == 1 {
+						alone++
+					}
+					return errors.New("the broker rejects the batch: one of its messages is malformed")
+				}
+			}
+			for _, e := range batch {
+				delivered = append(delivered, e)
+				aloneAt[e.ID] = alone
+			}
+			return nil
+		})
+		ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {
+			Relay: relay, MaxAttempts: attempts, PollInterval: 10 * time.Millisecond,
+			Backoff: core.Backoff{Min: time.Millisecond, Max: 5 * time.Millisecond}}}})
+		msgs := []core.Message{
+			event{Seq: 1, Group: "a"}, event{Seq: 2, Group: "b"}, event{Seq: 3, Group: "a"}, // 3: the poison
+			event{Seq: 4}, event{Seq: 5, Group: "c"}, event{Seq: 6, Group: "a"}, event{Seq: 7, Group: "b"},
+			event{Seq: 8}, event{Seq: 9, Group: "c"}, event{Seq: 10, Group: "a"},
+		}
+		envs := publish(t, ob, db.DB, msgs...)
+		mu.Lock()
+		poison = envs[2].ID
+		mu.Unlock()
+		run(t, ob)
+		eventually(t, 30*time.Second, "nothing pending", func() bool {
+			c := counts(t, ob, "orders")
+			return c.Pending == 0 && c.Dead >= 1
+		})
+		if c := counts(t, ob, "orders"); c.Dead != 1 {
+			t.Fatalf("counts %+v: %d innocent messages dead", c, c.Dead-1)
+		}
+		dead, err := ob.ListDead(context.Background(), "orders", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dead) != 1 || dead[0].ID != poison || dead[0].Attempts != attempts {
+			t.Fatalf("dead: %+v, want message %d alone with %d attempts", dead, poison, attempts)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var got, want []int64
+		for _, e := range delivered {
+			got = append(got, e.ID)
+		}
+		for _, e := range envs {
+			if e.ID != poison {
+				want = append(want, e.ID)
+			}
+		}
+		if !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+			t.Fatalf("delivered %v, want every message but %d once: %v", got, poison, want)
+		}
+		last := map[string]int64{}
+		for _, e := range delivered {
+			if e.GroupKey != "" && e.ID < last[e.GroupKey] {
+				t.Fatalf("group %s: %d delivered after %d", e.GroupKey, e.ID, last[e.GroupKey])
+			}
+			last[e.GroupKey] = e.ID
+		}
+		// Group a's messages after the poison one went only once it had failed its last time.
+		for _, e := range envs[5:] {
+			if e.GroupKey == "a" && aloneAt[e.ID] != attempts {
+				t.Fatalf("message %d of the poison message's group delivered after %d of its %d attempts", e.ID, aloneAt[e.ID], attempts)
+			}
+		}
+	})
+}
