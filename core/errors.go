@@ -3,7 +3,8 @@ package core
 import (
 	"errors"
 	"fmt"
-	"strings"
+
+	"github.com/outboxer-go/outboxer/internal/sqlerr"
 )
 
 // Sentinel errors; every error the package returns wraps one of these where it applies,
@@ -43,36 +44,14 @@ var (
 	ErrNotMigrated = errors.New("outboxer: outbox table missing (not migrated)")
 )
 
-// sqlStater is the method PostgreSQL drivers' errors have (pgx, lib/pq).
-type sqlStater interface{ SQLState() string }
-
 // isMissingTable reports whether err is a database's "no such table" (or, on
-// PostgreSQL, "no such schema"): SQLSTATE 42P01 or 3F000, MySQL/MariaDB error 1146, or
-// SQLite's "no such table". Drivers without SQLSTATE are recognised by their message.
-func isMissingTable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var st sqlStater
-	if errors.As(err, &st) {
-		switch st.SQLState() {
-		case "42P01", "3F000":
-			return true
-		}
-		return false
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "Error 1146") || strings.Contains(msg, "no such table") ||
-		(strings.Contains(msg, "relation \"") && strings.Contains(msg, "does not exist")) ||
-		(strings.Contains(msg, "schema \"") && strings.Contains(msg, "does not exist"))
-}
+// PostgreSQL, "no such schema"), read from the driver's error (internal/sqlerr).
+func isMissingTable(err error) bool { return sqlerr.Is(err, sqlerr.MissingTable) }
 
-// isLockBusy reports whether err is MySQL/MariaDB's lock wait timeout (error 1205),
-// which a statement run with innodb_lock_wait_timeout 0 returns at once when a row it
-// needs is locked.
-func isLockBusy(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "Error 1205")
-}
+// isLockBusy reports whether err is a lock not granted in time: MySQL/MariaDB's lock
+// wait timeout (error 1205), which a statement run with innodb_lock_wait_timeout 0
+// returns at once when a row it needs is locked, or PostgreSQL's lock_not_available.
+func isLockBusy(err error) bool { return sqlerr.Is(err, sqlerr.LockTimeout) }
 
 // notMigrated wraps err, the failure of a statement on table, with ErrNotMigrated when
 // it says the table is missing; otherwise it returns nil.

@@ -1,10 +1,8 @@
 package core
 
 import (
-	"database/sql"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -185,23 +183,4 @@ func dialectKind(d Dialect) dialect.Kind {
 		return dialect.MySQL
 	}
 	return dialect.Postgres
-}
-
-// DetectDialect names the dialect of db from its driver: pgx and lib/pq are Postgres,
-// modernc.org/sqlite and mattn/go-sqlite3 are SQLite, go-sql-driver/mysql is MySQL.
-func DetectDialect(db *sql.DB) (Dialect, error) {
-	t := reflect.TypeOf(db.Driver())
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	path := t.PkgPath() + "." + t.Name()
-	switch {
-	case strings.Contains(path, "pgx"), strings.Contains(path, "lib/pq"), strings.Contains(path, "postgres"):
-		return Postgres, nil
-	case strings.Contains(path, "sqlite"):
-		return SQLite, nil
-	case strings.Contains(path, "mysql"):
-		return MySQL, nil
-	}
-	return "", fmt.Errorf("cannot tell the dialect of driver %s: set Config.Dialect", path)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/internal/sqlerr"
 )
 
 // DefaultKind is the kind of the jobs built from Job, unless Options.Kind says otherwise.
@@ -336,14 +337,10 @@ func insertError(id int64, err error) error {
 // refusedData reports whether err is PostgreSQL refusing the data of a statement for
 // good: a data exception (SQLSTATE class 22: a jsonb it cannot parse or store, a number
 // out of range, a NUL byte in text), a violated check or not-null constraint, or a value
-// beyond a size limit. Drivers that expose the SQLSTATE (pgx, lib/pq) are understood;
-// any other error is not taken as a refusal.
+// beyond a size limit. The SQLSTATE is read from the driver's error (pgx, lib/pq,
+// bun's pgdriver); any other error is not taken as a refusal.
 func refusedData(err error) bool {
-	var pg interface{ SQLState() string }
-	if !errors.As(err, &pg) {
-		return false
-	}
-	code := pg.SQLState()
+	code := sqlerr.SQLState(err)
 	return strings.HasPrefix(code, "22") || code == "23502" || code == "23514" || code == "54000"
 }
 
