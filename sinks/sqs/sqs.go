@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/internal/cloudevents"
 )
 
 // The message attributes the relay sets, besides the message's own headers.
@@ -92,6 +93,10 @@ type Config struct {
 
 	// Logger receives the warning about standard queues. Default slog.Default().
 	Logger *slog.Logger
+
+	// CloudEvents, when set, sends every message as a CloudEvent: in the binary content
+	// mode (ce_ message attributes) unless it says Structured. See CloudEvents.
+	CloudEvents *CloudEvents
 }
 
 // Relay delivers messages to an SQS queue. Create it with New; it is safe for concurrent use.
@@ -104,6 +109,7 @@ type Relay struct {
 	keyTable string // the table in AttrKey: Table or core.DefaultTable
 	source   string
 	maxBytes int
+	ce       *cloudevents.Options // nil: plain messages
 }
 
 // New validates cfg and returns a relay. It does not call SQS.
@@ -125,6 +131,10 @@ func New(cfg Config) (*Relay, error) {
 	case cfg.Table != "" && !validID(cfg.Table):
 		return nil, bad("Table", "%q has characters a deduplication ID cannot hold", cfg.Table)
 	}
+	ce, err := cfg.CloudEvents.options()
+	if err != nil {
+		return nil, fmt.Errorf("sqs: invalid Config.%w", err)
+	}
 	r := &Relay{
 		client:   cfg.Client,
 		url:      cfg.QueueURL,
@@ -134,6 +144,7 @@ func New(cfg Config) (*Relay, error) {
 		keyTable: cmp.Or(cfg.Table, core.DefaultTable),
 		source:   cfg.Source,
 		maxBytes: cfg.MaxMessageBytes,
+		ce:       ce,
 	}
 	if r.maxBytes == 0 {
 		r.maxBytes = DefaultMaxMessageBytes
@@ -266,6 +277,32 @@ func (r *Relay) send(ctx context.Context, entries []types.SendMessageBatchReques
 // entry builds env's batch entry and its size as SQS counts it, or refuses it.
 func (r *Relay) entry(env core.Envelope, id string) (types.SendMessageBatchRequestEntry, int, error) {
 	e := types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageAttributes: map[string]types.MessageAttributeValue{}}
+	var err error
+	if r.ce != nil {
+		err = r.cloudEvent(&e, env)
+	} else {
+		err = r.plain(&e, env)
+	}
+	if err != nil {
+		return e, 0, err
+	}
+	body := aws.ToString(e.MessageBody)
+	if r.fifo {
+		e.MessageDeduplicationId = aws.String(dedupID(r.table, env))
+		e.MessageGroupId = aws.String(r.groupID(env))
+	}
+	size := len(body)
+	for k, v := range e.MessageAttributes {
+		size += len(k) + len(aws.ToString(v.DataType)) + len(aws.ToString(v.StringValue))
+	}
+	if size > r.maxBytes {
+		return e, 0, core.Permanent(fmt.Errorf("sqs: message %d: %d bytes with its attributes (body %d bytes) is too large: MaxMessageBytes is %d", env.ID, size, len(body), r.maxBytes))
+	}
+	return e, size, nil
+}
+
+// plain sets the body and attributes of env's entry without CloudEvents.
+func (r *Relay) plain(e *types.SendMessageBatchRequestEntry, env core.Envelope) error {
 	attr := func(name, typ, value string) {
 		e.MessageAttributes[name] = types.MessageAttributeValue{DataType: aws.String(typ), StringValue: aws.String(value)}
 	}
@@ -275,7 +312,7 @@ func (r *Relay) entry(env core.Envelope, id string) (types.SendMessageBatchReque
 		attr(AttrEncoding, "String", "base64")
 	}
 	if body == "" {
-		return e, 0, core.Permanent(fmt.Errorf("sqs: message %d: the payload is empty, and SQS cannot carry an empty body", env.ID))
+		return core.Permanent(fmt.Errorf("sqs: message %d: the payload is empty, and SQS cannot carry an empty body", env.ID))
 	}
 	e.MessageBody = aws.String(body)
 	attr(AttrID, "Number", strconv.FormatInt(env.ID, 10))
@@ -291,7 +328,7 @@ func (r *Relay) entry(env core.Envelope, id string) (types.SendMessageBatchReque
 	}
 	for _, v := range []string{env.Type, env.Outbox, env.GroupKey} {
 		if !validText(v) && v != "" {
-			return e, 0, core.Permanent(fmt.Errorf("sqs: message %d: type, outbox or group key %q has characters SQS refuses", env.ID, v))
+			return core.Permanent(fmt.Errorf("sqs: message %d: type, outbox or group key %q has characters SQS refuses", env.ID, v))
 		}
 	}
 	if len(env.Headers) > 0 {
@@ -308,26 +345,15 @@ func (r *Relay) entry(env core.Envelope, id string) (types.SendMessageBatchReque
 		} else {
 			js, err := json.Marshal(env.Headers)
 			if err != nil {
-				return e, 0, core.Permanent(fmt.Errorf("sqs: message %d: encoding headers: %w", env.ID, err))
+				return core.Permanent(fmt.Errorf("sqs: message %d: encoding headers: %w", env.ID, err))
 			}
 			if !validText(string(js)) {
-				return e, 0, core.Permanent(fmt.Errorf("sqs: message %d: headers have characters SQS refuses", env.ID))
+				return core.Permanent(fmt.Errorf("sqs: message %d: headers have characters SQS refuses", env.ID))
 			}
 			attr(AttrHeaders, "String", string(js))
 		}
 	}
-	if r.fifo {
-		e.MessageDeduplicationId = aws.String(dedupID(r.table, env))
-		e.MessageGroupId = aws.String(r.groupID(env))
-	}
-	size := len(body)
-	for k, v := range e.MessageAttributes {
-		size += len(k) + len(aws.ToString(v.DataType)) + len(aws.ToString(v.StringValue))
-	}
-	if size > r.maxBytes {
-		return e, 0, core.Permanent(fmt.Errorf("sqs: message %d: %d bytes with its attributes (body %d bytes) is too large: MaxMessageBytes is %d", env.ID, size, len(body), r.maxBytes))
-	}
-	return e, size, nil
+	return nil
 }
 
 // groupID is the MessageGroupId of env on a FIFO queue.
