@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -41,6 +42,16 @@ type ConsumerConfig struct {
 	// Logger receives Run's failures (a message that failed stays in the queue and comes
 	// again). Default slog.Default().
 	Logger *slog.Logger
+	// OnForeign decides what becomes of a message without a key (AttrKey), one that no
+	// outboxer sink sent (another producer on the queue): when it returns nil the
+	// message is deleted without running the handler (HandleMessage returns
+	// inbox.Foreign); when it returns an error the message stays in the queue, and Run
+	// returns the error if it matches inbox.ErrNoKey, or logs it as any failure (SQS
+	// delivers the message again, and moves it to the dead-letter queue after the
+	// redrive policy's maximum receives). Default inbox.SkipForeign(Logger): delete it
+	// and log a warning. inbox.StopOnForeign stops Run at it; a function of yours can
+	// dead-letter it first (see inbox.ForeignPolicy).
+	OnForeign inbox.ForeignPolicy
 }
 
 // Consumer handles an SQS queue's messages with an inbox: each message in a database
@@ -76,6 +87,9 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.OnForeign == nil {
+		cfg.OnForeign = inbox.SkipForeign(cfg.Logger)
 	}
 	return &Consumer{cfg: cfg}, nil
 }
@@ -113,28 +127,59 @@ func MessageOf(m types.Message) (inbox.Message, error) {
 // after the commit deletes m from the queue. A duplicate is deleted without running the
 // handler. On the handler's error it rolls back, leaves m in the queue and returns the
 // error (wrapped). If the delete fails after the commit, it returns that error: SQS
-// delivers m again, and the inbox reports it as a duplicate.
+// delivers m again, and the inbox reports it as a duplicate. A message without a key
+// goes to ConsumerConfig.OnForeign instead: it is deleted, and HandleMessage returns
+// inbox.Foreign, when the policy returns nil; it stays, with the policy's error, when
+// not.
 func (c *Consumer) HandleMessage(ctx context.Context, m types.Message) (inbox.Outcome, error) {
+	o, _, err := c.handle(ctx, m)
+	return o, err
+}
+
+// handle is HandleMessage; foreign reports that m carried no key.
+func (c *Consumer) handle(ctx context.Context, m types.Message) (o inbox.Outcome, foreign bool, err error) {
 	msg, err := MessageOf(m)
-	if err != nil {
-		return 0, err
-	}
-	o, err := c.cfg.Inbox.Handle(ctx, c.cfg.Name, msg, func(ctx context.Context, tx *sql.Tx, o inbox.Outcome) error {
-		return c.cfg.Handler(ctx, tx, m, o)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sqs: message %s: %w", aws.ToString(m.MessageId), err)
+	switch {
+	case errors.Is(err, inbox.ErrNoKey):
+		if err := c.cfg.OnForeign(ctx, c.foreign(m, err)); err != nil {
+			return 0, true, err
+		}
+		o, foreign = inbox.Foreign, true
+	case err != nil:
+		return 0, false, err
+	default:
+		o, err = c.cfg.Inbox.Handle(ctx, c.cfg.Name, msg, func(ctx context.Context, tx *sql.Tx, o inbox.Outcome) error {
+			return c.cfg.Handler(ctx, tx, m, o)
+		})
+		if err != nil {
+			return 0, false, fmt.Errorf("sqs: message %s: %w", aws.ToString(m.MessageId), err)
+		}
 	}
 	if _, err := c.cfg.Client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &c.cfg.QueueURL, ReceiptHandle: m.ReceiptHandle}); err != nil {
-		return o, fmt.Errorf("sqs: deleting message %s after its commit: %w", aws.ToString(m.MessageId), err)
+		return o, foreign, fmt.Errorf("sqs: deleting message %s after handling it: %w", aws.ToString(m.MessageId), err)
 	}
-	return o, nil
+	return o, foreign, nil
+}
+
+// foreign is what the OnForeign policy receives of m.
+func (c *Consumer) foreign(m types.Message, noKey error) inbox.ForeignMessage {
+	hdr := make(map[string]string, len(m.MessageAttributes))
+	for name, v := range m.MessageAttributes {
+		if v.StringValue != nil {
+			hdr[name] = *v.StringValue
+		}
+	}
+	return inbox.ForeignMessage{Consumer: c.cfg.Name, ID: aws.ToString(m.MessageId),
+		Payload: []byte(aws.ToString(m.Body)), Headers: hdr, Raw: m, Err: noKey}
 }
 
 // Run receives messages (up to 10 at a time, long polling WaitTime) and handles each
 // with HandleMessage until ctx ends, then returns nil. A message that fails is logged
 // and left in the queue: SQS delivers it again after its visibility timeout (and moves
-// it to the dead-letter queue after the redrive policy's maximum receives).
+// it to the dead-letter queue after the redrive policy's maximum receives). A message
+// without a key whose OnForeign policy returns an error matching inbox.ErrNoKey (as
+// inbox.StopOnForeign does) stops Run: it returns the error, and the message, with the
+// rest of its receive, comes again after the visibility timeout.
 func (c *Consumer) Run(ctx context.Context) error {
 	wait := int32(c.cfg.WaitTime / time.Second)
 	for ctx.Err() == nil {
@@ -154,7 +199,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 			continue
 		}
 		for _, m := range out.Messages {
-			if _, err := c.HandleMessage(ctx, m); err != nil && ctx.Err() == nil {
+			_, foreign, err := c.handle(ctx, m)
+			if foreign && errors.Is(err, inbox.ErrNoKey) {
+				return fmt.Errorf("sqs: consumer %q: %w", c.cfg.Name, err)
+			}
+			if err != nil && ctx.Err() == nil {
 				c.cfg.Logger.Error("sqs: message failed; it stays in the queue", "queue", c.cfg.QueueURL, "consumer", c.cfg.Name, "err", err)
 			}
 		}

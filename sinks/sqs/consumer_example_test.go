@@ -49,3 +49,39 @@ func ExampleConsumer() {
 	}
 	go consumer.Run(context.Background()) // until its context ends
 }
+
+// A consumer of a queue that another producer sends to as well: its messages carry no
+// outboxer-key, so the handler does not run for them. The OnForeign policy here
+// copies such a message to a table and returns nil, so the consumer deletes it from
+// the queue; without OnForeign the consumer would delete it with a warning
+// (inbox.SkipForeign), and with inbox.StopOnForeign Run would stop at it.
+// TestConsumerDeadLettersForeignMessage runs this against the emulator.
+func ExampleConsumerConfig_onForeign() {
+	db, err := sql.Open("pgx", "postgres://billing@localhost/billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	in, err := inbox.New(inbox.Config{DB: db})
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String("http://127.0.0.1:4566")})
+	consumer, err := outboxsqs.NewConsumer(outboxsqs.ConsumerConfig{
+		Client:   client,
+		QueueURL: "http://127.0.0.1:4566/000000000000/orders",
+		Inbox:    in,
+		Name:     "billing",
+		Handler: func(ctx context.Context, tx *sql.Tx, m types.Message, _ inbox.Outcome) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO invoices (order_json) VALUES ($1)`, aws.ToString(m.Body))
+			return err
+		},
+		OnForeign: func(ctx context.Context, m inbox.ForeignMessage) error {
+			_, err := db.ExecContext(ctx, `INSERT INTO dead_letters (message_id, body) VALUES ($1, $2)`, m.ID, m.Payload)
+			return err // nil: the message is deleted; an error leaves it in the queue
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	go consumer.Run(context.Background())
+}

@@ -59,4 +59,11 @@
 // deleted only after the commit, so a message received again (sent twice by the relay,
 // or back after its visibility timeout) does not run the handler twice. CheckRedelivery
 // checks that the inbox's window covers the queue's visibility timeout × max receives.
+//
+// A message without AttrKey (another producer's, on a queue the relay shares) cannot be
+// deduplicated and does not reach the handler: ConsumerConfig.OnForeign, an
+// inbox.ForeignPolicy, decides. By default (inbox.SkipForeign) the consumer logs a
+// warning and deletes it; inbox.StopOnForeign makes Run return an error matching
+// inbox.ErrNoKey and leaves the message in the queue; a function of yours can
+// dead-letter it first (see ExampleConsumerConfig_onForeign).
 package sqs

@@ -119,7 +119,7 @@ func spoofKey(t *testing.T, forwarded map[string]string) {
 
 // TestAttackMalformedMessages: messages not sent by the relay, sent straight to the
 // queue: without the key, with a key the inbox refuses, with a garbage ID. The helper
-// refuses the first two without running the handler and leaves them in the queue (SQS
+// (with the OnForeign policy inbox.StopOnForeign) refuses the first two without running the handler and leaves them in the queue (SQS
 // delivers them again, and its redrive policy dead-letters them); a garbage ID only
 // turns the stale check off for that message.
 func TestAttackMalformedMessages(t *testing.T) {
@@ -152,6 +152,7 @@ func TestAttackMalformedMessages(t *testing.T) {
 	}
 	ran := map[string]int{}
 	c, err := outboxsqs.NewConsumer(outboxsqs.ConsumerConfig{Client: newClient(endpoint), QueueURL: queue, Inbox: in, Name: "billing",
+		OnForeign: inbox.StopOnForeign, // refuse the message without a key (the default skips it)
 		Handler: func(ctx context.Context, tx *sql.Tx, m types.Message, o inbox.Outcome) error {
 			ran[aws.ToString(m.Body)]++
 			return nil
