@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/internal/cloudevents"
 )
 
 // Metadata keys the sink sets on every Watermill message, next to the envelope's headers.
@@ -73,6 +74,9 @@ type Options struct {
 	// runs hold at most one message of each group key, so that a message it fails never
 	// has a later message of its group published before it (its retry would come after).
 	PublishBatchSize int
+	// CloudEvents, when set, publishes every message as a CloudEvent: in the binary
+	// content mode (ce_ metadata) unless it says Structured. See CloudEvents.
+	CloudEvents *CloudEvents
 }
 
 // Sink is a core.Relay that publishes each envelope as a Watermill message.
@@ -84,6 +88,7 @@ type Sink struct {
 	table     string
 	runSize   int
 	maxBytes  int
+	ce        *cloudevents.Options // nil: plain messages
 }
 
 var _ core.Relay = (*Sink)(nil)
@@ -102,7 +107,12 @@ func New(pub message.Publisher, opts Options) (*Sink, error) {
 	if opts.PublishBatchSize < 0 {
 		return nil, fmt.Errorf("watermillsink: Options.PublishBatchSize is %d; it must be 0 (default 1) or more", opts.PublishBatchSize)
 	}
+	ce, err := opts.CloudEvents.options()
+	if err != nil {
+		return nil, fmt.Errorf("watermillsink: invalid Options.%w", err)
+	}
 	s := &Sink{
+		ce:        ce,
 		pub:       pub,
 		topic:     opts.Topic,
 		topicFunc: opts.TopicFunc,
@@ -121,7 +131,15 @@ func New(pub message.Publisher, opts Options) (*Sink, error) {
 
 // Message builds the Watermill message the sink publishes for env: a stable UUID (see
 // MessageUUID), the payload as is, and the headers plus the Metadata* keys as metadata.
+// With Options.CloudEvents it is env's CloudEvent (see CloudEvents); an envelope that
+// cannot be one, which Deliver fails permanently with ErrNotCloudEvent, gets the message
+// without CloudEvents.
 func (s *Sink) Message(env core.Envelope) *message.Message {
+	if s.ce != nil {
+		if msg, err := s.cloudEvent(env); err == nil {
+			return msg
+		}
+	}
 	msg := message.NewMessage(MessageUUID(s.table, env.ID), env.Payload)
 	for k, v := range env.Headers {
 		msg.Metadata.Set(k, v)
@@ -257,6 +275,17 @@ func (s *Sink) check(env *core.Envelope, topic string) error {
 	}
 	if s.maxBytes > 0 && len(env.Payload) > s.maxBytes {
 		return core.Permanent(fmt.Errorf("%w: message %d has %d bytes, the limit is %d", ErrTooLarge, env.ID, len(env.Payload), s.maxBytes))
+	}
+	if s.ce != nil {
+		ev, err := cloudevents.New(*s.ce, *env, MessageUUID(s.table, env.ID), false)
+		if err != nil {
+			return core.Permanent(fmt.Errorf("watermillsink: %w", err))
+		}
+		if s.ce.Structured && s.maxBytes > 0 {
+			if n := len(ev.JSON()); n > s.maxBytes {
+				return core.Permanent(fmt.Errorf("%w: message %d has %d bytes as a structured CloudEvent, the limit is %d", ErrTooLarge, env.ID, n, s.maxBytes))
+			}
+		}
 	}
 	return nil
 }
