@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/outboxer-go/outboxer/core"
+	"github.com/outboxer-go/outboxer/internal/cloudevents"
 	"github.com/outboxer-go/outboxer/internal/sqlerr"
 )
 
@@ -108,6 +109,9 @@ type Options struct {
 	// Ordering must be the outbox's Ordering: it says which messages a failed one holds
 	// back (its group, everything, or nothing). Default core.OrderGroup.
 	Ordering core.Ordering
+	// CloudEvents, when set, adds the message's CloudEvent to each job's metadata
+	// (MetadataCloudEvent). See CloudEvents.
+	CloudEvents *CloudEvents
 }
 
 type sink struct {
@@ -117,6 +121,7 @@ type sink struct {
 	table    string
 	source   string
 	ordering core.Ordering
+	ce       *cloudevents.Options // nil: no MetadataCloudEvent
 }
 
 func newSink(opts Options) (sink, error) {
@@ -135,7 +140,11 @@ func newSink(opts Options) (sink, error) {
 			return sink{}, fmt.Errorf("riversink: Options.InsertOpts.Metadata must be a JSON object: %w", err)
 		}
 	}
-	s := sink{kind: opts.Kind, opts: opts.InsertOpts, job: opts.Job, table: opts.Table, source: opts.Source, ordering: opts.Ordering}
+	ce, err := opts.CloudEvents.options()
+	if err != nil {
+		return sink{}, fmt.Errorf("riversink: invalid Options.%w", err)
+	}
+	s := sink{kind: opts.Kind, opts: opts.InsertOpts, job: opts.Job, table: opts.Table, source: opts.Source, ordering: opts.Ordering, ce: ce}
 	if s.job == nil {
 		s.job = func(env core.Envelope) (river.JobArgs, *river.InsertOpts, error) {
 			j, err := JobFromEnvelope(env)
@@ -361,9 +370,15 @@ func (s *sink) params(env core.Envelope, unique bool) (river.InsertManyParams, e
 	if opts.MaxAttempts < 0 {
 		return river.InsertManyParams{}, core.Permanent(fmt.Errorf("riversink: job for message %d: max attempts %d; it must be 0 (River's default) or more", env.ID, opts.MaxAttempts))
 	}
-	meta, err := withMetadata(opts.Metadata, env, core.MessageKey(s.source, s.table, env.ID))
+	key := core.MessageKey(s.source, s.table, env.ID)
+	meta, err := withMetadata(opts.Metadata, env, key)
 	if err != nil {
 		return river.InsertManyParams{}, core.Permanent(fmt.Errorf("riversink: job for message %d: %w", env.ID, err))
+	}
+	if s.ce != nil {
+		if meta, err = withCloudEvent(*s.ce, meta, env, key); err != nil {
+			return river.InsertManyParams{}, core.Permanent(fmt.Errorf("riversink: %w", err))
+		}
 	}
 	opts.Metadata = meta
 	if err := checkJSONB(meta); err != nil {
