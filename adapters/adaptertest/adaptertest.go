@@ -26,6 +26,10 @@ type Adapter struct {
 	// Open binds the ORM to db (sharing db.DB where the ORM can). Called once per case;
 	// clean up with t.Cleanup.
 	Open func(t testing.TB, db *dbtest.DB) ORM
+	// Reopen, when set, returns the test database opened through another driver (bun's
+	// pgdriver, say); every case then runs on that handle: Setup's instance, its
+	// migration and the ORM alike. Close the handle with t.Cleanup.
+	Reopen func(t testing.TB, db *dbtest.DB) *dbtest.DB
 }
 
 // ORM is an ORM bound to one test database, driven through the adapter under test.
@@ -240,7 +244,11 @@ func Run(t *testing.T, a Adapter) {
 				t.Run(c.name, func(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 					defer cancel()
-					c.run(t, ctx, a, dbtest.Open(t, d))
+					db := dbtest.Open(t, d)
+					if a.Reopen != nil {
+						db = a.Reopen(t, db)
+					}
+					c.run(t, ctx, a, db)
 				})
 			}
 		})
