@@ -25,7 +25,7 @@ func (o *Outboxer) Counts(ctx context.Context, outbox string) (Counts, error) {
 		return Counts{}, err
 	}
 	var c Counts
-	err = queryRows(ctx, o.cfg.DB, ob.sql.Counts, []any{outbox}, func(scan func(...any) error) error {
+	err = o.queryCommitted(ctx, ob.sql.Counts, []any{outbox}, func(scan func(...any) error) error {
 		var state int
 		var n int64
 		if err := scan(&state, &n); err != nil {
@@ -69,7 +69,7 @@ func (o *Outboxer) list(ctx context.Context, outbox string, limit int, query fun
 		limit = DefaultListLimit
 	}
 	var envs []Envelope
-	err = queryRows(ctx, o.cfg.DB, query(ob), []any{outbox, limit}, func(scan func(...any) error) error {
+	err = o.queryCommitted(ctx, query(ob), []any{outbox, limit}, func(scan func(...any) error) error {
 		e, err := scanEnvelope(scan)
 		if err != nil {
 			return err
@@ -182,7 +182,7 @@ func (o *Outboxer) Discard(ctx context.Context, outbox string, ids ...int64) (in
 // deleted meanwhile.
 func (o *Outboxer) discard(ctx context.Context, ob *box, ids []int64) (int64, error) {
 	s := ob.sql
-	tx, err := o.cfg.DB.BeginTx(ctx, nil)
+	tx, err := o.cfg.DB.BeginTx(ctx, o.txOptions())
 	if err != nil {
 		return 0, err
 	}

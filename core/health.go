@@ -172,7 +172,7 @@ func (o *Outboxer) outboxHealth(ctx context.Context, ob *box) (OutboxHealth, tim
 		get(p)
 	}
 	var at time.Time
-	err := queryRows(ctx, o.cfg.DB, healthQuery(ob.sql), []any{ob.name, ob.name}, func(scan func(...any) error) error {
+	err := o.queryCommitted(ctx, healthQuery(ob.sql), []any{ob.name, ob.name}, func(scan func(...any) error) error {
 		var (
 			state                  int
 			p                      int
@@ -197,7 +197,7 @@ func (o *Outboxer) outboxHealth(ctx context.Context, ob *box) (OutboxHealth, tim
 	if err != nil {
 		return OutboxHealth{}, time.Time{}, err
 	}
-	err = queryRows(ctx, o.cfg.DB, ob.sql.LeaseStatus, []any{ob.name}, func(scan func(...any) error) error {
+	err = o.queryCommitted(ctx, ob.sql.LeaseStatus, []any{ob.name}, func(scan func(...any) error) error {
 		var (
 			p       int
 			owner   string

@@ -33,7 +33,12 @@ const (
 // roll back), anything but READ COMMITTED on PostgreSQL (SERIALIZABLE reads take part in
 // the conflicts of the application's transactions). It asks the database once; when it
 // cannot tell, it answers true for this call.
-func (o *Outboxer) strictIsolation(ctx context.Context) bool {
+func (o *Outboxer) strictIsolation(ctx context.Context) bool { return o.strictOn(ctx, o.cfg.DB) }
+
+// strictOn is strictIsolation, asking on db (a connection of the pool) when it must ask.
+func (o *Outboxer) strictOn(ctx context.Context, db interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) bool {
 	switch o.isolation.Load() {
 	case isolationFine:
 		return false
@@ -47,11 +52,11 @@ func (o *Outboxer) strictIsolation(ctx context.Context) bool {
 		o.isolation.Store(isolationFine)
 		return false
 	case dialect.Postgres:
-		err = o.cfg.DB.QueryRowContext(ctx, `SHOW transaction_isolation`).Scan(&level)
+		err = db.QueryRowContext(ctx, `SHOW transaction_isolation`).Scan(&level)
 	case dialect.MySQL:
 		// MySQL 8 knows only the first name, MariaDB before 11.1 only the second.
-		if err = o.cfg.DB.QueryRowContext(ctx, `SELECT @@transaction_isolation`).Scan(&level); err != nil {
-			err = o.cfg.DB.QueryRowContext(ctx, `SELECT @@tx_isolation`).Scan(&level)
+		if err = db.QueryRowContext(ctx, `SELECT @@transaction_isolation`).Scan(&level); err != nil {
+			err = db.QueryRowContext(ctx, `SELECT @@tx_isolation`).Scan(&level)
 		}
 	}
 	if err != nil {
@@ -71,20 +76,43 @@ func (o *Outboxer) strictIsolation(ctx context.Context) bool {
 	return strict
 }
 
-// execCommitted runs one statement of the engine on the pool, in a READ COMMITTED
-// transaction of its own when the pool's default isolation is one it cannot run at.
-func (o *Outboxer) execCommitted(ctx context.Context, query string, args ...any) error {
+// handle is what the engine runs its statements on: the pool, or a transaction of it.
+type handle interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// committed runs f, statements of the engine outside any transaction of its own, on the
+// pool as it is when its default isolation is one they can run at, otherwise in a READ
+// COMMITTED transaction that commits when f returns nil. On PostgreSQL at SERIALIZABLE,
+// a read of the messages table on the pool would take part in the serialization
+// conflicts of the application's transactions that publish, and fail them.
+func (o *Outboxer) committed(ctx context.Context, f func(db handle) error) error {
 	if !o.strictIsolation(ctx) {
-		_, err := o.cfg.DB.ExecContext(ctx, query, args...)
-		return err
+		return f(o.cfg.DB)
 	}
 	tx, err := o.cfg.DB.BeginTx(ctx, o.txOptions())
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+	if err := f(tx); err != nil {
 		return err
 	}
 	return tx.Commit()
+}
+
+// queryCommitted runs query on the pool as committed does and calls each for every row.
+func (o *Outboxer) queryCommitted(ctx context.Context, query string, args []any, each func(scan func(dest ...any) error) error) error {
+	return o.committed(ctx, func(db handle) error { return queryRows(ctx, db, query, args, each) })
+}
+
+// execCommitted runs one statement of the engine on the pool, in a READ COMMITTED
+// transaction of its own when the pool's default isolation is one it cannot run at.
+func (o *Outboxer) execCommitted(ctx context.Context, query string, args ...any) error {
+	return o.committed(ctx, func(db handle) error {
+		_, err := db.ExecContext(ctx, query, args...)
+		return err
+	})
 }

@@ -319,7 +319,7 @@ func (o *Outboxer) dealt(ctx context.Context, ob *box) (parts, limit int) {
 // (as many as the share allows) now.
 func (o *Outboxer) offerFree(ctx context.Context, ob *box, parts int) error {
 	var free []int
-	err := queryRows(ctx, o.cfg.DB, ob.sql.FreeLeases, []any{ob.name}, func(scan func(...any) error) error {
+	err := o.queryCommitted(ctx, ob.sql.FreeLeases, []any{ob.name}, func(scan func(...any) error) error {
 		var p int
 		if err := scan(&p); err != nil {
 			return err
@@ -386,7 +386,7 @@ func (o *Outboxer) forget(ctx context.Context, ob *box) {
 	ctx, cancel := context.WithTimeout(ctx, o.readEvery())
 	defer cancel()
 	var expired []string
-	err := queryRows(ctx, o.cfg.DB, ob.sql.ExpiredNodes, []any{ob.name}, func(scan func(...any) error) error {
+	err := o.queryCommitted(ctx, ob.sql.ExpiredNodes, []any{ob.name}, func(scan func(...any) error) error {
 		var n string
 		if err := scan(&n); err != nil {
 			return err
@@ -407,7 +407,7 @@ func (o *Outboxer) forget(ctx context.Context, ob *box) {
 // liveNodes lists the nodes of an outbox whose heartbeat has not run out.
 func (o *Outboxer) liveNodes(ctx context.Context, ob *box) ([]node, error) {
 	var nodes []node
-	err := queryRows(ctx, o.cfg.DB, ob.sql.LiveNodes, []any{ob.name}, func(scan func(...any) error) error {
+	err := o.queryCommitted(ctx, ob.sql.LiveNodes, []any{ob.name}, func(scan func(...any) error) error {
 		var (
 			n                  node
 			joined, seen, when dbtime.Time

@@ -378,11 +378,16 @@ func (o *Outboxer) PruneNow(ctx context.Context, outbox string) (int64, error) {
 	}
 	var total int64
 	for {
-		res, err := o.cfg.DB.ExecContext(ctx, ob.sql.Prune, outbox, -keep.Microseconds())
-		if err != nil {
+		var n int64
+		if err := o.committed(ctx, func(db handle) error {
+			res, err := db.ExecContext(ctx, ob.sql.Prune, outbox, -keep.Microseconds())
+			if err == nil {
+				n, _ = res.RowsAffected()
+			}
+			return err
+		}); err != nil {
 			return total, fmt.Errorf("outboxer: prune %q: %w", outbox, err)
 		}
-		n, _ := res.RowsAffected()
 		total += n
 		if n < 5000 {
 			break

@@ -49,10 +49,24 @@ type placement struct {
 	at       time.Time // when it was read
 }
 
+// shapeWait bounds how long a publish in a transaction waits for a connection of the pool
+// to read the shape on (one being dialled, say), before it reads it in the transaction
+// instead. A pool at its limit is not waited on at all.
+const shapeWait = time.Second
+
 // shapeFor returns what to place the messages of ob by: the partition count, ordering and
 // notification the relays recorded, or this instance's own where nothing is recorded yet.
-// It reads them through db, the publishing handle (no other connection is needed, however
-// small the pool), and keeps them for shapeRefresh.
+// It keeps them for shapeRefresh.
+//
+// A publish in a transaction reads them outside it, on a connection of the pool at READ
+// COMMITTED (readShape): in the application's transaction, the read of the lease rows the
+// relays keep writing would be a lock until its commit at SERIALIZABLE on MariaDB and
+// MySQL (the relays would wait on it, or deadlock with it), and on PostgreSQL a
+// dependency that fails it with a serialization error. When the pool has no connection
+// free (all of it held, by transactions that publish, say), it reads through db: nothing
+// else is needed, however small the pool. A handle that is not a transaction, and any
+// handle on SQLite (whose transactions cannot fail for it, and whose pools often hold one
+// connection), is read through directly.
 func (o *Outboxer) shapeFor(ctx context.Context, db Executor, ob *box) (*placement, error) {
 	if p := ob.placed.Load(); p != nil && time.Since(p.at) < shapeRefresh {
 		return p, nil
@@ -62,7 +76,22 @@ func (o *Outboxer) shapeFor(ctx context.Context, db Executor, ob *box) (*placeme
 		known int
 		text  sql.NullString
 	)
-	err := queryRows(ctx, db, ob.sql.ReadShape, []any{ob.name, ob.name}, func(scan func(...any) error) error { return scan(&known, &text) })
+	read := func(db Executor) error {
+		return queryRows(ctx, db, ob.sql.ReadShape, []any{ob.name, ob.name}, func(scan func(...any) error) error { return scan(&known, &text) })
+	}
+	var err error
+	switch {
+	case o.kind == dialect.SQLite:
+		err = read(db)
+	case db == Executor(o.cfg.DB):
+		err = o.committed(ctx, func(db handle) error { return read(db) })
+	case !inTransaction(db):
+		err = read(db)
+	default:
+		if err = o.readShape(ctx, read); errors.Is(err, errNoConnection) {
+			err = read(db)
+		}
+	}
 	if err != nil {
 		if errors.Is(err, ErrInvalidExecutor) {
 			return nil, err
@@ -94,6 +123,43 @@ func (o *Outboxer) shapeFor(ctx context.Context, db Executor, ob *box) (*placeme
 			"outboxer", o.cfg.Name, "outbox", ob.name)
 	}
 	return p, nil
+}
+
+// errNoConnection: the pool had no connection free within shapeWait.
+var errNoConnection = errors.New("no connection free")
+
+// readShape runs read on a connection of the pool, in a READ COMMITTED transaction when
+// the pool's default isolation is another. It returns errNoConnection when no connection
+// is free within shapeWait, at once when the pool is at its limit.
+func (o *Outboxer) readShape(ctx context.Context, read func(Executor) error) error {
+	if st := o.cfg.DB.Stats(); st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
+		return errNoConnection
+	}
+	wait, cancel := context.WithTimeout(ctx, shapeWait)
+	conn, err := o.cfg.DB.Conn(wait)
+	dl, _ := wait.Deadline()
+	cancel()
+	if err != nil {
+		// A driver dialling a connection within the wait may report its end as a network
+		// timeout (bun's pgdriver), not as the context's.
+		if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || !time.Now().Before(dl)) {
+			return errNoConnection
+		}
+		return err
+	}
+	defer conn.Close()
+	if !o.strictOn(ctx, conn) {
+		return read(conn)
+	}
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := read(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // shape is what the shape row records.
@@ -223,7 +289,14 @@ func (o *Outboxer) rehome(ctx context.Context, db Executor, ob *box, n int, q st
 func (o *Outboxer) sweepStrays(ctx context.Context, ob *box, n int) (int64, error) {
 	var total int64
 	for {
-		moved, read, err := o.rehome(ctx, o.cfg.DB, ob, n, ob.sql.Strays, []any{ob.name, n})
+		var (
+			moved int64
+			read  int
+		)
+		err := o.committed(ctx, func(db handle) (err error) {
+			moved, read, err = o.rehome(ctx, db, ob, n, ob.sql.Strays, []any{ob.name, n})
+			return err
+		})
 		total += moved
 		if err != nil {
 			return total, fmt.Errorf("outboxer: move messages beyond the partitions of %q: %w", ob.name, err)
@@ -262,7 +335,9 @@ func (o *Outboxer) checkPartitions(ctx context.Context, ob *box) error {
 	}
 	n := ob.cfg.Partitions
 	var known int
-	if err := o.cfg.DB.QueryRowContext(ctx, ob.sql.CountLeases, ob.name).Scan(&known); err != nil {
+	if err := o.committed(ctx, func(db handle) error {
+		return db.QueryRowContext(ctx, ob.sql.CountLeases, ob.name).Scan(&known)
+	}); err != nil {
 		return fmt.Errorf("outboxer: check partitions of %q: %w", ob.name, err)
 	}
 	switch known {
@@ -277,7 +352,11 @@ func (o *Outboxer) checkPartitions(ctx context.Context, ob *box) error {
 		// No relay ran yet: publishers placed the backlog among their own count, or
 		// another program wrote it without setting part. Moving it would split the groups
 		// of a writer that keeps writing so: say so instead.
-		moves, _, err := homes(ctx, o.cfg.DB, n, ob.cfg.Ordering, false, ob.sql.Placement, []any{ob.name})
+		var moves map[int][]int64
+		err := o.committed(ctx, func(db handle) (err error) {
+			moves, _, err = homes(ctx, db, n, ob.cfg.Ordering, false, ob.sql.Placement, []any{ob.name})
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("outboxer: check the backlog of %q: %w", ob.name, err)
 		}
@@ -303,7 +382,10 @@ func (o *Outboxer) checkPartitions(ctx context.Context, ob *box) error {
 	if !sleep(ctx, shapeRefresh+shapeRefresh/2) {
 		return ctx.Err()
 	}
-	if _, _, err := o.rehome(ctx, o.cfg.DB, ob, n, ob.sql.Placement, []any{ob.name}); err != nil {
+	if err := o.committed(ctx, func(db handle) error {
+		_, _, err := o.rehome(ctx, db, ob, n, ob.sql.Placement, []any{ob.name})
+		return err
+	}); err != nil {
 		return fmt.Errorf("outboxer: place the backlog of %q among %d partitions: %w", ob.name, n, err)
 	}
 	return nil

@@ -232,7 +232,9 @@ func (w *worker) promote(ctx context.Context) error {
 // nextDue is how long until the partition's next waiting row is due (0: none waits).
 func (w *worker) nextDue(ctx context.Context) (time.Duration, error) {
 	var micros sql.NullInt64
-	if err := w.o.cfg.DB.QueryRowContext(ctx, w.ob.sql.NextDue, w.ob.name, w.part).Scan(&micros); err != nil {
+	if err := w.o.committed(ctx, func(db handle) error {
+		return db.QueryRowContext(ctx, w.ob.sql.NextDue, w.ob.name, w.part).Scan(&micros)
+	}); err != nil {
 		return 0, fmt.Errorf("next due message: %w", err)
 	}
 	if !micros.Valid {

@@ -92,3 +92,17 @@ func (r *Relay) cloudEvent(rec *kgo.Record, env core.Envelope, key string) error
 	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderContentType, Value: []byte(ev.DataContentType)})
 	return nil
 }
+
+// cloudEventKey is the inbox key of a record that is a CloudEvent (see MessageOf).
+func cloudEventKey(rec *kgo.Record) (string, bool) {
+	header := func(name string) (string, bool) {
+		for i := len(rec.Headers) - 1; i >= 0; i-- {
+			if rec.Headers[i].Key == name {
+				return string(rec.Headers[i].Value), true
+			}
+		}
+		return "", false
+	}
+	ct, _ := header(HeaderContentType)
+	return cloudevents.KeyOf(header, ct, rec.Value)
+}

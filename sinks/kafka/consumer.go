@@ -82,8 +82,11 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 
 // MessageOf returns what the inbox needs of a record written by the relay: its key
 // (HeaderKey) and, for the stale check, its group (the outbox and the record key, see
-// inbox.GroupOf) and position (HeaderID). It returns an error matching inbox.ErrNoKey
-// for a record without a key.
+// inbox.GroupOf) and position (HeaderID). A record without HeaderKey that is a
+// CloudEvent, whichever producer wrote it (binary mode ce_ headers, or the structured
+// mode's JSON event), is keyed on its id: the id itself when it is a UUID, or else a
+// hash of its source and id (ids are unique per source); it has no stale check. It
+// returns an error matching inbox.ErrNoKey for any other record without a key.
 func MessageOf(rec *kgo.Record) (inbox.Message, error) {
 	var m inbox.Message
 	var outbox string
@@ -98,6 +101,9 @@ func MessageOf(rec *kgo.Record) (inbox.Message, error) {
 		}
 	}
 	if m.Key == "" {
+		if key, ok := cloudEventKey(rec); ok {
+			return inbox.Message{Key: key}, nil
+		}
 		return m, fmt.Errorf("kafka: record %s/%d@%d: %w", rec.Topic, rec.Partition, rec.Offset, inbox.ErrNoKey)
 	}
 	if m.Seq > 0 {
