@@ -3,7 +3,9 @@ package watermillsink
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -42,6 +44,19 @@ func MessageOf(msg *message.Message) (inbox.Message, error) {
 	return m, nil
 }
 
+// ConsumerOption configures Middleware.
+type ConsumerOption func(*consumerOptions)
+
+type consumerOptions struct {
+	onForeign inbox.ForeignPolicy
+}
+
+// OnForeign sets what Middleware does with a message without a key (see Middleware);
+// nil keeps the default, inbox.SkipForeign with the inbox's logger.
+func OnForeign(p inbox.ForeignPolicy) ConsumerOption {
+	return func(o *consumerOptions) { o.onForeign = p }
+}
+
 type consumerTxKey struct{}
 
 type consumerTx struct {
@@ -57,19 +72,40 @@ type consumerTx struct {
 // returns an error the transaction rolls back, the error goes up the chain and the
 // message is nacked, so the broker delivers it again. A message already handled (a
 // duplicate: the relay or the broker delivered it again) is acknowledged without
-// running the handler. A message without a key fails with an error matching
-// inbox.ErrNoKey, as any failure does (nacked): put middleware.PoisonQueue before this
-// middleware if such messages can reach the handler.
+// running the handler.
+//
+// A message without a key (one no outboxer sink published: MessageOf returns an error
+// matching inbox.ErrNoKey) does not reach the handler either: the OnForeign option, an
+// inbox.ForeignPolicy, decides. When it returns nil the message is acknowledged (the
+// middleware returns no error and no messages); when it returns an error the middleware
+// returns it, and the router nacks the message, as after any failure (the broker
+// delivers it again: put middleware.PoisonQueue before this middleware to move it
+// aside after some attempts). By default (inbox.SkipForeign with in's logger) it is
+// acknowledged with a warning; inbox.StopOnForeign refuses it with an error matching
+// inbox.ErrNoKey.
 //
 // Add it after middlewares that retry (middleware.Retry), so that each attempt runs in
 // a transaction of its own, and after those that must see every delivery. A message
 // the handler receives is in the inbox's transaction for as long as the handler runs:
 // keep slow calls out of it, or they hold the claim's lock (and, on SQLite, the
 // database's one writer) that long.
-func Middleware(in *inbox.Inbox, consumer string) message.HandlerMiddleware {
+func Middleware(in *inbox.Inbox, consumer string, opts ...ConsumerOption) message.HandlerMiddleware {
+	var o consumerOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.onForeign == nil {
+		o.onForeign = inbox.SkipForeign(in.Logger())
+	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			m, err := MessageOf(msg)
+			if errors.Is(err, inbox.ErrNoKey) {
+				return nil, o.onForeign(msg.Context(), inbox.ForeignMessage{Consumer: consumer, ID: msg.UUID,
+					Payload: msg.Payload, Headers: maps.Clone(map[string]string(msg.Metadata)), Raw: msg, Err: err})
+			}
 			if err != nil {
 				return nil, err
 			}

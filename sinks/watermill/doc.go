@@ -76,4 +76,11 @@
 // that first claims the message's key (its UUID, see MessageOf) in an inbox.Inbox; the
 // handler writes through Tx(msg), and the router acks only after the commit, so a
 // message delivered again does not run the handler twice.
+//
+// A message that carries neither a key nor MetadataID (another publisher's, on a topic
+// the sink shares) cannot be deduplicated and does not reach the handler: the
+// OnForeign option, an inbox.ForeignPolicy, decides. By default (inbox.SkipForeign)
+// the middleware acks it with a warning, so that the broker does not deliver it again;
+// inbox.StopOnForeign fails it with an error matching inbox.ErrNoKey (the router nacks
+// it); a function of yours can dead-letter it first (see ExampleOnForeign).
 package watermillsink

@@ -78,9 +78,10 @@ func TestAttackForwardedKeyHeader(t *testing.T) {
 }
 
 // TestAttackMalformedMessages: messages the sink did not publish. Without a key or an
-// ID the middleware refuses them (ErrNoKey) without running the handler; with a key
-// the inbox refuses (too long, invalid UTF-8) it fails with ErrInvalidMessage; a
-// garbage ID turns the stale check off for the message, which is handled by its key.
+// ID the middleware (with inbox.StopOnForeign) refuses them (ErrNoKey) without running
+// the handler; with a key the inbox refuses (too long, invalid UTF-8) it fails with
+// ErrInvalidMessage; a garbage ID turns the stale check off for the message, which is
+// handled by its key.
 func TestAttackMalformedMessages(t *testing.T) {
 	db := dbtest.SQLite(t)
 	in, err := inbox.New(inbox.Config{DB: db.DB, Dialect: db.Dialect, StaleCheck: true})
@@ -91,7 +92,7 @@ func TestAttackMalformedMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := 0
-	h := watermillsink.Middleware(in, "billing")(func(*message.Message) ([]*message.Message, error) { ran++; return nil, nil })
+	h := watermillsink.Middleware(in, "billing", watermillsink.OnForeign(inbox.StopOnForeign))(func(*message.Message) ([]*message.Message, error) { ran++; return nil, nil })
 	msg := func(uuid string, md map[string]string) *message.Message {
 		m := message.NewMessage(uuid, []byte(`{}`))
 		for k, v := range md {

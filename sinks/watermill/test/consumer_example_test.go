@@ -62,3 +62,49 @@ func ExampleMiddleware() {
 	// Output:
 	// invoices: 1
 }
+
+// A consumer of a topic that another publisher writes to as well: its message carries
+// no outboxer key, so the handler does not run for it. The OnForeign policy here
+// copies it to a table and returns nil, so the router acks it; without the option the
+// middleware would ack it with a warning (inbox.SkipForeign), and with
+// inbox.StopOnForeign the router would nack it.
+func ExampleOnForeign() {
+	dir, _ := os.MkdirTemp("", "billing")
+	defer os.RemoveAll(dir)
+	db, _ := sql.Open("sqlite", dbtest.SQLiteDSN(filepath.Join(dir, "billing.db")))
+	defer db.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in, _ := inbox.New(inbox.Config{DB: db})
+	in.Migrate(ctx)
+	db.ExecContext(ctx, `CREATE TABLE invoices (order_id TEXT)`)
+	db.ExecContext(ctx, `CREATE TABLE dead_letters (uuid TEXT, body BLOB)`)
+
+	pubsub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	defer pubsub.Close()
+	router, _ := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	router.AddMiddleware(watermillsink.Middleware(in, "billing",
+		watermillsink.OnForeign(func(ctx context.Context, m inbox.ForeignMessage) error {
+			_, err := db.ExecContext(ctx, `INSERT INTO dead_letters (uuid, body) VALUES (?, ?)`, m.ID, m.Payload)
+			return err // nil: the router acks the message; an error nacks it
+		})))
+	router.AddConsumerHandler("billing", "orders", pubsub, func(msg *message.Message) error {
+		tx, _ := watermillsink.Tx(msg)
+		_, err := tx.ExecContext(msg.Context(), `INSERT INTO invoices (order_id) VALUES (?)`, string(msg.Payload))
+		return err
+	})
+	go router.Run(ctx)
+	<-router.Running()
+
+	// Another publisher's message, then the relay's.
+	pubsub.Publish("orders", message.NewMessage("legacy-7", []byte(`legacy 7`)))
+	sink, _ := watermillsink.New(pubsub, watermillsink.Options{Topic: "orders"})
+	sink.Deliver(ctx, []core.Envelope{{ID: 1, Outbox: "orders", Type: "order.placed", Payload: []byte(`42`)}})
+
+	var invoices, letters int
+	db.QueryRowContext(ctx, `SELECT count(*) FROM invoices`).Scan(&invoices)
+	db.QueryRowContext(ctx, `SELECT count(*) FROM dead_letters WHERE uuid = 'legacy-7'`).Scan(&letters)
+	fmt.Println("invoices:", invoices, "dead letters:", letters)
+	// Output:
+	// invoices: 1 dead letters: 1
+}

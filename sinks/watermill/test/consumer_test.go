@@ -136,12 +136,12 @@ func middlewareOnce(t *testing.T, db *dbtest.DB, pub message.Publisher, sub mess
 }
 
 // TestMiddlewareRefusesMessagesWithoutKey: a message the sink did not publish has no
-// key; the middleware fails it without running the handler.
+// key; with inbox.StopOnForeign the middleware fails it without running the handler.
 func TestMiddlewareRefusesMessagesWithoutKey(t *testing.T) {
 	db := dbtest.SQLite(t)
 	in := dbtest.ConsumerInbox(t, db)
 	ran := false
-	h := watermillsink.Middleware(in, "billing")(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })
+	h := watermillsink.Middleware(in, "billing", watermillsink.OnForeign(inbox.StopOnForeign))(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })
 	if _, err := h(message.NewMessage(watermill.NewUUID(), []byte(`{}`))); !errors.Is(err, inbox.ErrNoKey) || ran {
 		t.Errorf("message without a key: %v (handler ran: %v), want inbox.ErrNoKey", err, ran)
 	}
