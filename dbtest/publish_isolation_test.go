@@ -68,8 +68,11 @@ func serializable(t *testing.T, db *dbtest.DB) *dbtest.DB {
 // the same outbox while it is open: nothing the engine reads in it is what the relay
 // writes, and nothing the relay reads at the pool's default is what it writes. Each round
 // opens a transaction on a publisher that has not read the outbox's shape yet and
-// publishes; the relay, idle, renews its lease and looks for scheduled messages; the
-// transaction publishes again and commits.
+// publishes; the relay, idle, renews its lease, then sweeps its outbox for messages beyond
+// its partitions; the transaction publishes again and commits. (Had the publish read the
+// lease rows in the transaction, the renewal would wait on it on MariaDB, and PostgreSQL
+// would fail the transaction: the sweep read what it wrote, it read what the renewal
+// wrote, and the renewal committed first.)
 func TestPublishInSerializableTransactionWhileRelaysWork(t *testing.T) {
 	t.Parallel()
 	for _, d := range []core.Dialect{core.Postgres, core.MySQL} {
@@ -81,8 +84,8 @@ func TestPublishInSerializableTransactionWhileRelaysWork(t *testing.T) {
 			// Migrated, and counted through a handle at the server's default.
 			admin := setup(t, db, core.Config{PublishOnly: true, Outboxes: map[string]core.OutboxConfig{"orders": {}}})
 			// What the relay has done since the test armed the watch: 1 a lease renewal
-			// sent, 2 it came back (the worker reads its lease next), 3 the look for the
-			// next scheduled message sent, 4 it came back (any statement after it).
+			// sent, 2 it came back (the worker reads its lease next), 3 a sweep for
+			// messages beyond the partitions sent, 4 it came back (any statement after).
 			var armed atomic.Bool
 			var stage atomic.Int32
 			hooked := dbtest.Hooked(t, strict, func(_ context.Context, s dbtest.Statement) {
@@ -132,7 +135,7 @@ func TestPublishInSerializableTransactionWhileRelaysWork(t *testing.T) {
 				for deadline := time.Now().Add(10 * time.Second); stage.Load() < 4; time.Sleep(time.Millisecond) {
 					if time.Now().After(deadline) {
 						tx.Rollback()
-						t.Fatalf("round %d: the relay did not renew its lease and poll in 10 s while a publishing transaction was open (stage %d of 4)",
+						t.Fatalf("round %d: the relay did not renew its lease and sweep in 10 s while a publishing transaction was open (stage %d of 4)",
 							round, stage.Load())
 					}
 				}
@@ -245,14 +248,4 @@ func TestPublishInSerializableTransactionsUnderLoad(t *testing.T) {
 			}
 		})
 	}
-}
-
-// delivered reports whether rec delivered the message id.
-func delivered(rec *recorder, id int64) bool {
-	for _, e := range rec.delivered() {
-		if e.ID == id {
-			return true
-		}
-	}
-	return false
 }
