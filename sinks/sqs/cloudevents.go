@@ -136,3 +136,16 @@ func (r *Relay) cloudEvent(e *types.SendMessageBatchRequestEntry, env core.Envel
 	}
 	return nil
 }
+
+// cloudEventKey is the inbox key of a message that is a CloudEvent (see MessageOf).
+func cloudEventKey(m types.Message) (string, bool) {
+	header := func(name string) (string, bool) {
+		v, ok := m.MessageAttributes[name]
+		if !ok || v.StringValue == nil {
+			return "", false
+		}
+		return *v.StringValue, true
+	}
+	ct, _ := header(AttrContentType)
+	return cloudevents.KeyOf(header, ct, []byte(aws.ToString(m.Body)))
+}

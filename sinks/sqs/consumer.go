@@ -103,8 +103,12 @@ func CheckRedelivery(in *inbox.Inbox, visibility time.Duration, maxReceives int)
 
 // MessageOf returns what the inbox needs of a message sent by the relay: its key
 // (AttrKey) and, for the stale check, its group (the outbox and AttrGroupKey, see
-// inbox.GroupOf) and position (AttrID). It returns an error matching inbox.ErrNoKey for a
-// message without a key.
+// inbox.GroupOf) and position (AttrID). A message without AttrKey that is a CloudEvent,
+// whichever producer sent it (binary mode ce_ attributes, or the structured mode's JSON
+// event as the body with a content-type attribute), is keyed on its id: the id itself
+// when it is a UUID, or else a hash of its source and id (ids are unique per source); it
+// has no stale check. It returns an error matching inbox.ErrNoKey for any other message
+// without a key.
 func MessageOf(m types.Message) (inbox.Message, error) {
 	attr := func(name string) string {
 		if v, ok := m.MessageAttributes[name]; ok {
@@ -114,6 +118,9 @@ func MessageOf(m types.Message) (inbox.Message, error) {
 	}
 	msg := inbox.Message{Key: attr(AttrKey)}
 	if msg.Key == "" {
+		if key, ok := cloudEventKey(m); ok {
+			return inbox.Message{Key: key}, nil
+		}
 		return msg, fmt.Errorf("sqs: message %s: %w (receive it with MessageAttributeNames [\"All\"])", aws.ToString(m.MessageId), inbox.ErrNoKey)
 	}
 	if id, err := strconv.ParseInt(attr(AttrID), 10, 64); err == nil {
