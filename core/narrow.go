@@ -3,7 +3,10 @@ package core
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
+
+	"github.com/outboxer-go/outboxer/core/internal/dialect"
 )
 
 // A batch whose delivery fails as a whole (the relay returned a plain error: nothing was
@@ -171,14 +174,25 @@ func (w *worker) deliverPartTx(dctx context.Context, txr TxRelay, part []Envelop
 	case err == nil:
 		return tried{out: out, whole: wholeFailure(dctx, res), stop: cut}
 	}
-	// The transaction did not commit (or its commit is in doubt, and then the failure
-	// updates find the rows gone): nothing of part was delivered.
+	out = w.judge(dctx, part, res) // what a commit that went through made of it
+	// The transaction failed. Its commit may have gone through all the same (the deadline
+	// or a dropped connection ended it while it ran): the rows say.
+	left, perr := w.stillReady(dctx, part)
+	if perr != nil {
+		// Nothing can be told: nothing is charged, and the part goes again in a later
+		// batch, whose fetch reads what is left.
+		w.log.Warn("outboxer: read the messages of a failed delivery", "err", perr)
+		return tried{stop: true}
+	}
+	if len(left) < len(part) {
+		return tried{out: out, stop: cut} // committed
+	}
+	// Not committed: nothing of part was delivered.
 	var pf *PartialFailure
 	if errors.As(res, &pf) && pf != nil && len(pf.Failed) > 0 {
 		// The relay named what failed: that is charged, and what it delivered goes again
 		// without it.
-		j := w.judge(dctx, part, res)
-		if len(j.delivered) < len(part) {
+		if j := out; len(j.delivered) < len(part) {
 			byID := make(map[int64]bool, len(j.delivered))
 			for _, id := range j.delivered {
 				byID[id] = true
@@ -195,4 +209,30 @@ func (w *worker) deliverPartTx(dctx context.Context, txr TxRelay, part []Envelop
 	// The relay reported the part delivered, and its transaction failed: the part
 	// failed as a whole, with the transaction's error.
 	return tried{out: w.judge(dctx, part, err), whole: !cut, stop: cut}
+}
+
+// stillReady returns the messages of part still ready in the table, read after the
+// transaction that delivered them failed.
+func (w *worker) stillReady(ctx context.Context, part []Envelope) (map[int64]bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	ids := make([]int64, len(part))
+	for i := range part {
+		ids[i] = part[i].ID
+	}
+	cond, args := w.ob.sql.IDList(ids)
+	q := `SELECT id FROM ` + w.ob.sql.Messages + ` WHERE state = 0 AND ` + cond
+	if w.o.kind == dialect.Postgres {
+		q = strings.Replace(q, "?", "$1", 1) // the one placeholder of the ID list
+	}
+	left := make(map[int64]bool, len(part))
+	err := queryRows(ctx, w.o.cfg.DB, q, args, func(scan func(...any) error) error {
+		var id int64
+		if err := scan(&id); err != nil {
+			return err
+		}
+		left[id] = true
+		return nil
+	})
+	return left, err
 }
