@@ -15,16 +15,18 @@ import (
 )
 
 // poisonTxRelay is a job queue in the outbox's database: it inserts a row into jobs for
-// every message of a batch, in the engine's transaction, except for its poison message,
+// every message of a batch, in the engine's transaction, except for its poison messages,
 // whose delivery fails: with a statement that fails (on PostgreSQL, it aborts the
 // transaction) or by running into the delivery deadline. It then returns a
-// PartialFailure naming the poison message alone.
+// PartialFailure naming the poison messages of the batch, and the later messages of
+// their groups as held back (it writes no job for them).
 type poisonTxRelay struct {
 	dialect  core.Dialect
 	deadline bool
 
 	mu      sync.Mutex
-	poison  int64
+	poison  map[int64]bool
+	n       int64     // numbers the job rows in the order they are written
 	batches [][]int64 // the IDs of every batch handed over
 }
 
@@ -34,20 +36,30 @@ func (r *poisonTxRelay) Deliver(context.Context, []core.Envelope) error {
 
 func (r *poisonTxRelay) DeliverTx(ctx context.Context, tx *sql.Tx, batch []core.Envelope) error {
 	r.mu.Lock()
-	poison := r.poison
 	r.batches = append(r.batches, ids(batch))
 	r.mu.Unlock()
-	bad := false
+	failed := map[int64]error{}
+	stopped := map[string]bool{} // groups with a failed message: the rest is held back
 	for _, e := range batch {
-		if e.ID == poison {
-			bad = true
+		if e.GroupKey != "" && stopped[e.GroupKey] {
+			failed[e.ID] = core.ErrHeldBack
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, placeholders(r.dialect, `INSERT INTO jobs (msg_id) VALUES (?)`), e.ID); err != nil {
+		r.mu.Lock()
+		bad := r.poison[e.ID]
+		r.n++
+		n := r.n
+		r.mu.Unlock()
+		if bad {
+			failed[e.ID] = nil
+			stopped[e.GroupKey] = e.GroupKey != ""
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, placeholders(r.dialect, `INSERT INTO jobs (n, msg_id, grp) VALUES (?, ?, ?)`), n, e.ID, e.GroupKey); err != nil {
 			return fmt.Errorf("insert job %d: %w", e.ID, err)
 		}
 	}
-	if !bad {
+	if len(failed) == 0 {
 		return nil
 	}
 	var err error
@@ -57,7 +69,12 @@ func (r *poisonTxRelay) DeliverTx(ctx context.Context, tx *sql.Tx, batch []core.
 	} else if _, err = tx.ExecContext(ctx, `INSERT INTO no_such_table VALUES (1)`); err == nil {
 		err = errors.New("the failing statement did not fail")
 	}
-	return &core.PartialFailure{Failed: map[int64]error{poison: err}}
+	for id, held := range failed {
+		if held == nil {
+			failed[id] = err
+		}
+	}
+	return &core.PartialFailure{Failed: failed}
 }
 
 func (r *poisonTxRelay) handedOver() [][]int64 {
@@ -74,21 +91,33 @@ func ids(batch []core.Envelope) []int64 {
 	return out
 }
 
-// jobs reads the IDs in the jobs table, in order.
-func jobs(t *testing.T, db *dbtest.DB) []int64 {
+// createJobs makes the jobs table of poisonTxRelay, empty.
+func createJobs(t *testing.T, db *dbtest.DB) {
 	t.Helper()
-	rows, err := db.QueryContext(context.Background(), `SELECT msg_id FROM jobs ORDER BY msg_id`)
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS jobs (n BIGINT NOT NULL, msg_id BIGINT NOT NULL, grp VARCHAR(100) NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM jobs`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// jobs reads the jobs committed, in the order they were written.
+func jobs(t *testing.T, db *dbtest.DB) []dbtest.Delivery {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), `SELECT msg_id, grp FROM jobs ORDER BY n`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var got []int64
+	var got []dbtest.Delivery
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var d dbtest.Delivery
+		if err := rows.Scan(&d.ID, &d.GroupKey); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, id)
+		got = append(got, d)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
@@ -109,12 +138,7 @@ func TestTxRelayPartialFailureChargesOnlyTheFailedMessage(t *testing.T) {
 		}{{"aborting statement", false}, {"delivery deadline", true}} {
 			t.Run(c.name, func(t *testing.T) {
 				ctx := context.Background()
-				if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS jobs (msg_id BIGINT PRIMARY KEY)`); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := db.ExecContext(ctx, `DELETE FROM jobs`); err != nil {
-					t.Fatal(err)
-				}
+				createJobs(t, db)
 				box := map[bool]string{false: "statement", true: "deadline"}[c.deadline]
 				relay := &poisonTxRelay{dialect: db.Dialect, deadline: c.deadline}
 				ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{box: {
@@ -122,7 +146,7 @@ func TestTxRelayPartialFailureChargesOnlyTheFailedMessage(t *testing.T) {
 					DeliveryTimeout: 200 * time.Millisecond, Backoff: core.Backoff{Min: time.Millisecond, Max: 5 * time.Millisecond}}}})
 				envs := publish(t, ob, db.DB, event{Box: box, Seq: 1, Group: "a"}, event{Box: box, Seq: 2, Group: "b"}, event{Box: box, Seq: 3})
 				relay.mu.Lock()
-				relay.poison = envs[0].ID
+				relay.poison = map[int64]bool{envs[0].ID: true}
 				relay.mu.Unlock()
 				run(t, ob)
 				eventually(t, 30*time.Second, "the poison message dead and nothing pending", func() bool {
@@ -139,7 +163,8 @@ func TestTxRelayPartialFailureChargesOnlyTheFailedMessage(t *testing.T) {
 				if len(dead) != 1 || dead[0].ID != envs[0].ID || dead[0].Attempts != 2 || dead[0].LastError == "" {
 					t.Fatalf("dead: %+v, want message %d alone, with 2 attempts and a reason", dead, envs[0].ID)
 				}
-				if got, want := jobs(t, db), []int64{envs[1].ID, envs[2].ID}; !slices.Equal(got, want) {
+				want := []dbtest.Delivery{{ID: envs[1].ID, GroupKey: "b"}, {ID: envs[2].ID}}
+				if got := jobs(t, db); !slices.Equal(got, want) {
 					t.Fatalf("jobs committed: %v, want %v", got, want)
 				}
 				if b := relay.handedOver(); len(b) == 0 || len(b[0]) != 3 {

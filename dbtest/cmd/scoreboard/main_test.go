@@ -24,7 +24,7 @@ func TestRenderSumsAScenarioPerDatabase(t *testing.T) {
 		"| 10 restore | postgres | 1 | 5 | 5 | 5 | 0 | 0 | 0 | 0 | – | yes |",
 		"**Totals:** 1 lost, 0 reordered, 0 phantom (rolled back yet delivered); 1 of 3 row(s) failed.",
 		"Scenarios with no rows in this run: 1 (out-of-order commits)",
-		"14 (names differing in trailing spaces), 15 (relay nodes joining, leaving, crashing, freezing), 16 (partition count changes).",
+		"14 (names differing in trailing spaces), 15 (relay nodes joining, leaving, crashing, freezing), 16 (partition count changes), 17 (poison messages among other groups).",
 		"1 row(s) came from the short (CI) versions.",
 		"- FuzzX pass 30s",
 		"at commit abc",
