@@ -100,3 +100,12 @@ func (s *Sink) cloudEvent(env core.Envelope) (*message.Message, error) {
 	}
 	return msg, nil
 }
+
+// cloudEventKey is the inbox key of a message that is a CloudEvent (see MessageOf).
+func cloudEventKey(msg *message.Message) (string, bool) {
+	header := func(name string) (string, bool) {
+		v, ok := msg.Metadata[name]
+		return v, ok
+	}
+	return cloudevents.KeyOf(header, msg.Metadata.Get(MetadataContentType), msg.Payload)
+}

@@ -23,9 +23,13 @@ import (
 // Watermill, say). The UUID comes first because the sink copies the envelope's headers
 // into the metadata: an envelope whose headers carry the key of the message its
 // publisher was handling (headers forwarded whole) would otherwise be taken for that
-// message. It returns an error matching inbox.ErrNoKey for a message that carries
-// neither the key nor MetadataID (one the sink did not publish: its UUID says nothing
-// of a redelivery).
+// message. A message with neither that is a CloudEvent, whichever producer wrote it
+// (binary mode metadata under ce_, ce-, cloudEvents: or cloudEvents_, or the structured
+// mode's JSON event as the payload with a content-type metadata), is keyed on its id:
+// the id itself when it is a UUID, or else a hash of its source and id (ids are unique
+// per source); it has no stale check. It returns an error matching inbox.ErrNoKey for a
+// message that carries none of these (one the sink did not publish: its UUID says
+// nothing of a redelivery).
 func MessageOf(msg *message.Message) (inbox.Message, error) {
 	var m inbox.Message
 	id, idErr := strconv.ParseInt(msg.Metadata.Get(MetadataID), 10, 64)
@@ -35,6 +39,9 @@ func MessageOf(msg *message.Message) (inbox.Message, error) {
 	case msg.Metadata.Get(core.HeaderKey) != "":
 		m.Key = msg.Metadata.Get(core.HeaderKey)
 	default:
+		if key, ok := cloudEventKey(msg); ok {
+			return inbox.Message{Key: key}, nil
+		}
 		return m, fmt.Errorf("watermillsink: message %s: %w (and no %s)", msg.UUID, inbox.ErrNoKey, MetadataID)
 	}
 	if idErr == nil {
