@@ -3,6 +3,7 @@ module github.com/outboxer-go/outboxer/adapters/gorm/test
 go 1.26.0
 
 require (
+	github.com/glebarez/sqlite v1.11.0
 	github.com/outboxer-go/outboxer v0.1.0
 	github.com/outboxer-go/outboxer/adapters/adaptertest v0.1.0
 	github.com/outboxer-go/outboxer/adapters/gorm v0.1.0
@@ -17,6 +18,7 @@ require (
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/glebarez/go-sqlite v1.21.2 // indirect
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
