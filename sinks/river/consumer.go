@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/riverqueue/river"
@@ -33,15 +34,38 @@ type JobHandler[T river.JobArgs] func(ctx context.Context, tx *sql.Tx, job *rive
 //
 // Embedded river.WorkerDefaults give River's retry policy and timeout; to set your
 // own, embed *InboxWorker[T] in a type of yours with NextRetry or Timeout methods.
+//
+// A job without a key (MetadataKey: one the sink did not insert, such as a job another
+// part of the application inserts with the same kind) does not reach the handler: the
+// OnForeign option, an inbox.ForeignPolicy, decides. When it returns nil the job
+// completes; when it returns an error the job fails with it, and River retries it (and
+// discards it after its maximum attempts). By default (inbox.SkipForeign with the
+// inbox's logger) the job completes with a warning; inbox.StopOnForeign fails it with
+// an error matching inbox.ErrNoKey.
 type InboxWorker[T river.JobArgs] struct {
 	river.WorkerDefaults[T]
-	in       *inbox.Inbox
-	consumer string
-	handle   JobHandler[T]
+	in        *inbox.Inbox
+	consumer  string
+	handle    JobHandler[T]
+	onForeign inbox.ForeignPolicy
 }
 
-// NewInboxWorker returns a worker running handle for consumer with in.
-func NewInboxWorker[T river.JobArgs](in *inbox.Inbox, consumer string, handle JobHandler[T]) (*InboxWorker[T], error) {
+// ConsumerOption configures NewInboxWorker.
+type ConsumerOption func(*consumerOptions)
+
+type consumerOptions struct {
+	onForeign inbox.ForeignPolicy
+}
+
+// OnForeign sets what the worker does with a job without a key (see InboxWorker); nil
+// keeps the default, inbox.SkipForeign with the inbox's logger.
+func OnForeign(p inbox.ForeignPolicy) ConsumerOption {
+	return func(o *consumerOptions) { o.onForeign = p }
+}
+
+// NewInboxWorker returns a worker running handle for consumer with in. It refuses a nil
+// inbox, handler or option and an empty consumer name.
+func NewInboxWorker[T river.JobArgs](in *inbox.Inbox, consumer string, handle JobHandler[T], opts ...ConsumerOption) (*InboxWorker[T], error) {
 	switch {
 	case in == nil:
 		return nil, fmt.Errorf("riversink: NewInboxWorker: the inbox is nil")
@@ -50,7 +74,17 @@ func NewInboxWorker[T river.JobArgs](in *inbox.Inbox, consumer string, handle Jo
 	case handle == nil:
 		return nil, fmt.Errorf("riversink: NewInboxWorker: the handler is nil")
 	}
-	return &InboxWorker[T]{in: in, consumer: consumer, handle: handle}, nil
+	var o consumerOptions
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("riversink: NewInboxWorker: option %d is nil", i)
+		}
+		opt(&o)
+	}
+	if o.onForeign == nil {
+		o.onForeign = inbox.SkipForeign(in.Logger())
+	}
+	return &InboxWorker[T]{in: in, consumer: consumer, handle: handle, onForeign: o.onForeign}, nil
 }
 
 // MessageOf returns what the inbox needs of a job the sink inserted, from its metadata:
@@ -88,6 +122,12 @@ func MessageOf(metadata []byte) (inbox.Message, error) {
 // Work claims the job's key and runs the handler in one transaction; see InboxWorker.
 func (w *InboxWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
 	m, err := MessageOf(job.Metadata)
+	if errors.Is(err, inbox.ErrNoKey) {
+		if err := w.onForeign(ctx, foreignJob(w.consumer, job, err)); err != nil {
+			return fmt.Errorf("riversink: job %d: %w", job.ID, err)
+		}
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("riversink: job %d: %w", job.ID, err)
 	}
@@ -98,4 +138,20 @@ func (w *InboxWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
 		return fmt.Errorf("riversink: job %d: %w", job.ID, err)
 	}
 	return nil
+}
+
+// foreignJob is what the OnForeign policy receives of a job without a key: its encoded
+// args, and its metadata's string values as headers.
+func foreignJob[T river.JobArgs](consumer string, job *river.Job[T], noKey error) inbox.ForeignMessage {
+	var raw map[string]json.RawMessage
+	_ = json.Unmarshal(job.Metadata, &raw) // MessageOf read it: it is an object or empty
+	hdr := make(map[string]string, len(raw))
+	for name, v := range raw {
+		var s string
+		if json.Unmarshal(v, &s) == nil {
+			hdr[name] = s
+		}
+	}
+	return inbox.ForeignMessage{Consumer: consumer, ID: fmt.Sprintf("job %d", job.ID),
+		Payload: job.EncodedArgs, Headers: hdr, Raw: job, Err: noKey}
 }

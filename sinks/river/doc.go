@@ -101,4 +101,11 @@
 // on. NewInboxWorker wraps a handler as a River worker whose work runs in a database
 // transaction that first claims the key in an inbox.Inbox, so a job that runs again
 // does not repeat its effect; the job completes after the commit.
+//
+// A job without MetadataKey (one the application inserted of the same kind itself)
+// cannot be deduplicated and does not reach the handler: the OnForeign option, an
+// inbox.ForeignPolicy, decides. By default (inbox.SkipForeign) the job completes with
+// a warning; inbox.StopOnForeign fails it with an error matching inbox.ErrNoKey (River
+// retries it, then discards it); a function of yours can dead-letter it first (see
+// ExampleOnForeign).
 package riversink
