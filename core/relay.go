@@ -18,6 +18,13 @@ import (
 //   - a *PartialFailure: every message except the ones it names was delivered;
 //   - any other error: nothing was delivered.
 //
+// A batch of several messages that fails with any other error is not charged as a
+// whole: the engine hands it over again in smaller parts (halves, down to one message,
+// each with a delivery timeout of its own, in batch order and never past a message of
+// the same group that was not delivered), so that the attempt, and the dead-lettering
+// after MaxAttempts, land on the message that fails, not on its batch-mates. Deliver may
+// therefore be called again at once with part of a batch it just failed.
+//
 // Errors wrapped with Permanent are not retried: the message is dead at once.
 // Deliver must honour ctx: the engine cancels it when the delivery timeout passes or the
 // worker may have lost its partition, and a relay that keeps sending after that can break
@@ -40,6 +47,11 @@ func (f RelayFunc) Deliver(ctx context.Context, batch []Envelope) error { return
 // transaction (a job queue in the same database). The engine then inserts the delivery
 // and removes the delivered rows in one transaction: a crash can duplicate nothing.
 // The engine calls DeliverTx instead of Deliver when the relay implements it.
+//
+// When the transaction cannot commit after DeliverTx returned a PartialFailure (a failed
+// statement aborted it, on PostgreSQL, or the failed message used up the delivery
+// timeout), only the messages it names are charged; the others are handed over again at
+// once, without them, in a new transaction. A plain error is narrowed as for Deliver.
 type TxRelay interface {
 	Relay
 	DeliverTx(ctx context.Context, tx *sql.Tx, batch []Envelope) error
