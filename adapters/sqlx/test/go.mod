@@ -4,6 +4,8 @@ go 1.26.0
 
 require (
 	github.com/jmoiron/sqlx v1.4.0
+	github.com/lib/pq v1.12.3
+	github.com/mattn/go-sqlite3 v1.14.34
 	github.com/outboxer-go/outboxer v0.1.0
 	github.com/outboxer-go/outboxer/adapters/adaptertest v0.1.0
 	github.com/outboxer-go/outboxer/adapters/sqlx v0.1.0
