@@ -263,3 +263,45 @@ func TestPlainErrorBatchIsNarrowedToThePoisonMessage(t *testing.T) {
 		}
 	})
 }
+
+// A relay that fails everything (a broker that is down) is narrowed down to one message
+// at a time: each message it is handed alone is charged once, the rest of its group
+// waits uncharged, and the batch costs at most 2n-1 calls.
+func TestNarrowedOutageChargesEachMessageOnce(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		t.Parallel()
+		ctx := context.Background()
+		var calls []int // the size of each batch handed over
+		relay := core.RelayFunc(func(_ context.Context, batch []core.Envelope) error {
+			calls = append(calls, len(batch))
+			return errors.New("connection refused")
+		})
+		ob := setup(t, db, core.Config{Manual: true, Outboxes: map[string]core.OutboxConfig{"orders": {Relay: relay, MaxAttempts: 3}}})
+		envs := publish(t, ob, db.DB, event{Seq: 1, Group: "a"}, event{Seq: 2, Group: "b"}, event{Seq: 3, Group: "a"},
+			event{Seq: 4}, event{Seq: 5, Group: "c"}, event{Seq: 6, Group: "b"}, event{Seq: 7})
+		res, err := ob.Drain(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The heads of a, b and c, and the two ungrouped messages.
+		if res.Failed != 5 || res.Dead != 0 || res.Delivered != 0 {
+			t.Fatalf("Drain: %+v, want 5 failed", res)
+		}
+		if len(calls) == 0 || calls[0] != len(envs) || len(calls) > 2*len(envs)-1 {
+			t.Fatalf("batches handed over: %v, want the %d first and at most %d calls", calls, len(envs), 2*len(envs)-1)
+		}
+		pending, err := ob.ListPending(ctx, "orders", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[int64]int{envs[0].ID: 1, envs[1].ID: 1, envs[2].ID: 0, envs[3].ID: 1, envs[4].ID: 1, envs[5].ID: 0, envs[6].ID: 1}
+		for _, p := range pending {
+			if p.Attempts != want[p.ID] {
+				t.Errorf("message %d (group %q): %d attempts, want %d", p.ID, p.GroupKey, p.Attempts, want[p.ID])
+			}
+		}
+		if len(pending) != len(envs) {
+			t.Fatalf("%d pending, want %d", len(pending), len(envs))
+		}
+	})
+}
