@@ -40,6 +40,22 @@
 //	for _, rh := range rec.Headers { h[rh.Key] = string(rh.Value) }
 //	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(h))
 //
+// # CloudEvents
+//
+// With Config.CloudEvents every record is a CloudEvent 1.0, which any CloudEvents SDK's
+// Kafka binding reads. In the binary content mode (the default) the value is the payload
+// and the attributes are headers: ce_specversion, ce_id (the message key, so the id is
+// the same on every delivery), ce_source (CloudEvents.Source), ce_type (the message
+// type), ce_subject and ce_partitionkey (the group key, which stays the record key),
+// ce_time (when the message was created) and content-type (CloudEvents.DataContentType).
+// The message's headers become extensions, ce_<name>, so the trace context arrives as
+// ce_traceparent and ce_tracestate (the distributed tracing extension). With
+// CloudEvents.Structured the value is the JSON event (content-type
+// application/cloudevents+json). The relay's own outboxer- headers stay in both modes.
+// A message whose header names are not extension names (lowercase a-z and 0-9, at most
+// 20 characters) or whose values CloudEvents forbids (control characters, invalid
+// UTF-8) goes dead at once, with ErrNotCloudEvent.
+//
 // # Consuming with the inbox
 //
 // Every record carries HeaderKey (outboxer-key), the key a consumer deduplicates on.
@@ -49,8 +65,9 @@
 // to a consumer restarted before committing its offsets) does not run the handler
 // twice; offsets are committed only after the transactions commit.
 //
-// A record without HeaderKey (another producer's, on a topic the relay shares) cannot
-// be deduplicated and does not reach the handler: ConsumerConfig.OnForeign, an
+// A record without HeaderKey that is a CloudEvent (another producer's, in either content
+// mode) is keyed on its CloudEvents id (see MessageOf). Any other record without
+// HeaderKey (another producer's, on a topic the relay shares) cannot be deduplicated and does not reach the handler: ConsumerConfig.OnForeign, an
 // inbox.ForeignPolicy, decides. By default (inbox.SkipForeign) the consumer logs a
 // warning and commits past the record, so the partition goes on and a restarted
 // consumer does not meet it again; inbox.StopOnForeign makes Run return an error

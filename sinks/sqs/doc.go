@@ -51,6 +51,23 @@
 //	if j, ok := h[sqs.AttrHeaders]; ok { _ = json.Unmarshal([]byte(j), &h) }
 //	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(h))
 //
+// # CloudEvents
+//
+// With Config.CloudEvents every message is a CloudEvent 1.0. SQS has no CloudEvents
+// binding, so in the binary content mode (the default) the relay names the String
+// attributes as the Kafka binding names its headers: ce_specversion, ce_id (the message
+// key, so the id is the same on every delivery), ce_source (CloudEvents.Source), ce_type
+// (the message type), ce_subject (the group key), ce_time (when the message was
+// created) and content-type (CloudEvents.DataContentType), with AttrKey kept; the body
+// is the payload. The message's headers become extensions, ce_<name> (the trace context
+// as ce_traceparent and ce_tracestate); that leaves room for two of them (three without
+// a group key) in SQS's 10 attributes. With CloudEvents.Structured the body is the JSON
+// event (content-type application/cloudevents+json), which carries any payload (as
+// data_base64 when it is not JSON) and any number of headers, and the relay's AttrID,
+// AttrKey, AttrType, AttrOutbox and AttrGroupKey attributes are set as without
+// CloudEvents. A message that cannot be a valid CloudEvent (see ErrNotCloudEvent) goes
+// dead at once.
+//
 // # Consuming with the inbox
 //
 // Every message carries the AttrKey attribute (outboxer-key), the key a consumer
@@ -60,8 +77,9 @@
 // or back after its visibility timeout) does not run the handler twice. CheckRedelivery
 // checks that the inbox's window covers the queue's visibility timeout × max receives.
 //
-// A message without AttrKey (another producer's, on a queue the relay shares) cannot be
-// deduplicated and does not reach the handler: ConsumerConfig.OnForeign, an
+// A message without AttrKey that is a CloudEvent (another producer's, in either content
+// mode) is keyed on its CloudEvents id (see MessageOf). Any other message without AttrKey
+// (another producer's, on a queue the relay shares) cannot be deduplicated and does not reach the handler: ConsumerConfig.OnForeign, an
 // inbox.ForeignPolicy, decides. By default (inbox.SkipForeign) the consumer logs a
 // warning and deletes it; inbox.StopOnForeign makes Run return an error matching
 // inbox.ErrNoKey and leaves the message in the queue; a function of yours can

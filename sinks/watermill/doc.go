@@ -70,6 +70,20 @@
 //
 //	ctx := propagation.TraceContext{}.Extract(msg.Context(), propagation.MapCarrier(msg.Metadata))
 //
+// # CloudEvents
+//
+// With Options.CloudEvents every message is a CloudEvent 1.0. In the binary content mode
+// (the default) the payload stays as is and the attributes are metadata named as the
+// Kafka binding names its headers: ce_specversion, ce_id (the message UUID, the message
+// key), ce_source (CloudEvents.Source), ce_type, ce_subject (the group key), ce_time and
+// content-type; the envelope's headers become extensions, ce_<name> (the trace context as
+// ce_traceparent: extract it from those keys). Published through watermill-kafka such a
+// message is a binary-mode Kafka CloudEvent; AMQP and NATS carry the same keys as
+// message headers. With CloudEvents.Structured the payload is the JSON event
+// (content-type application/cloudevents+json). The outboxer_ metadata stays in both
+// modes. A message that cannot be a valid CloudEvent (see ErrNotCloudEvent) goes dead
+// at once.
+//
 // # Consuming with the inbox
 //
 // Middleware is a router middleware that runs the handler in a database transaction
@@ -77,8 +91,10 @@
 // handler writes through Tx(msg), and the router acks only after the commit, so a
 // message delivered again does not run the handler twice.
 //
-// A message that carries neither a key nor MetadataID (another publisher's, on a topic
-// the sink shares) cannot be deduplicated and does not reach the handler: the
+// A message that carries neither a key nor MetadataID but is a CloudEvent (another
+// publisher's, in either content mode, ce_ or AMQP-binding cloudEvents: names) is keyed
+// on its CloudEvents id (see MessageOf). Any other message that carries neither
+// (another publisher's, on a topic the sink shares) cannot be deduplicated and does not reach the handler: the
 // OnForeign option, an inbox.ForeignPolicy, decides. By default (inbox.SkipForeign)
 // the middleware acks it with a warning, so that the broker does not deliver it again;
 // inbox.StopOnForeign fails it with an error matching inbox.ErrNoKey (the router nacks
