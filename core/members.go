@@ -362,8 +362,7 @@ func (o *Outboxer) offerFree(ctx context.Context, ob *box, parts int) error {
 
 // beat writes the heartbeat, lists the live nodes and forgets those that missed theirs.
 func (o *Outboxer) beat(ctx context.Context, ob *box, limit int) ([]node, error) {
-	db, s := o.cfg.DB, ob.sql
-	if _, err := db.ExecContext(ctx, s.Heartbeat, ob.name, o.owner, limit, o.cfg.LeaseDuration.Microseconds()); err != nil {
+	if err := o.execCommitted(ctx, ob.sql.Heartbeat, ob.name, o.owner, limit, o.cfg.LeaseDuration.Microseconds()); err != nil {
 		return nil, fmt.Errorf("write heartbeat: %w", err)
 	}
 	nodes, err := o.liveNodes(ctx, ob)
@@ -396,7 +395,7 @@ func (o *Outboxer) forget(ctx context.Context, ob *box) {
 	})
 	for _, n := range expired {
 		if err == nil {
-			_, err = o.cfg.DB.ExecContext(ctx, ob.sql.ForgetNode, ob.name, n)
+			err = o.execCommitted(ctx, ob.sql.ForgetNode, ob.name, n)
 		}
 	}
 	if err != nil && ctx.Err() == nil {
@@ -430,7 +429,7 @@ func (o *Outboxer) liveNodes(ctx context.Context, ob *box) ([]node, error) {
 func (o *Outboxer) leave(ctx context.Context) {
 	for _, name := range o.Outboxes() {
 		ob := o.outboxes[name]
-		if _, err := o.cfg.DB.ExecContext(ctx, ob.sql.LeaveNode, ob.name, o.owner); err != nil {
+		if err := o.execCommitted(ctx, ob.sql.LeaveNode, ob.name, o.owner); err != nil {
 			o.cfg.Logger.Warn("outboxer: leave", "outbox", name, "err", err)
 		}
 	}

@@ -122,9 +122,27 @@ func (w *worker) takeLease(ctx context.Context, q string) (bool, error) {
 	// Taking a lease is not cut short halfway: the worker must know whether it holds it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	s, db := w.ob.sql, w.o.cfg.DB
+	s := w.ob.sql
 	start := time.Now()
-	res, err := db.ExecContext(ctx, q, w.owner, w.lease().Microseconds(), w.ob.name, w.part)
+	var (
+		took   bool
+		token  int64
+		paused bool
+	)
+	err := w.o.committed(ctx, func(db handle) error {
+		res, err := db.ExecContext(ctx, q, w.owner, w.lease().Microseconds(), w.ob.name, w.part)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return nil
+		}
+		if err := db.QueryRowContext(ctx, s.ReadLease, w.ob.name, w.part, w.owner).Scan(&token, &paused); err != nil {
+			return fmt.Errorf("read lease: %w", err)
+		}
+		took = true
+		return nil
+	})
 	if isLockBusy(err) {
 		// A transaction of the holder has the row: not free now.
 		return false, nil
@@ -132,14 +150,10 @@ func (w *worker) takeLease(ctx context.Context, q string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("acquire lease: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
+	if !took {
 		return false, nil
 	}
-	var paused bool
-	if err := db.QueryRowContext(ctx, s.ReadLease, w.ob.name, w.part, w.owner).Scan(&w.token, &paused); err != nil {
-		return false, fmt.Errorf("read lease: %w", err)
-	}
-	w.held, w.paused = true, paused
+	w.token, w.held, w.paused = token, true, paused
 	w.renewedAt = start
 	w.trust(start)
 	w.log.Debug("outboxer: partition acquired", "token", w.token)
@@ -155,26 +169,39 @@ func (w *worker) trust(start time.Time) {
 
 // renew extends the lease and reads the paused flag. A lost lease is ErrLeaseLost.
 func (w *worker) renew(ctx context.Context) error {
-	s, db := w.ob.sql, w.o.cfg.DB
+	s := w.ob.sql
 	start := time.Now()
-	res, err := db.ExecContext(ctx, s.RenewLease, w.lease().Microseconds(), w.ob.name, w.part, w.token, w.owner)
+	var renewed, read bool
+	var paused bool
+	err := w.o.committed(ctx, func(db handle) error {
+		res, err := db.ExecContext(ctx, s.RenewLease, w.lease().Microseconds(), w.ob.name, w.part, w.token, w.owner)
+		if err != nil {
+			return fmt.Errorf("renew lease: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return nil
+		}
+		renewed = true
+		var token int64
+		if err := db.QueryRowContext(ctx, s.ReadLease, w.ob.name, w.part, w.owner).Scan(&token, &paused); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil
+			}
+			return fmt.Errorf("read lease: %w", err)
+		}
+		read = true
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("renew lease: %w", err)
+		return err
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
+	if !renewed || !read {
 		w.lost()
 		return ErrLeaseLost
 	}
 	w.renewedAt = start
 	w.trust(start)
-	var token int64
-	if err := db.QueryRowContext(ctx, s.ReadLease, w.ob.name, w.part, w.owner).Scan(&token, &w.paused); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			w.lost()
-			return ErrLeaseLost
-		}
-		return fmt.Errorf("read lease: %w", err)
-	}
+	w.paused = paused
 	return nil
 }
 
@@ -190,7 +217,7 @@ func (w *worker) lost() {
 // took the lease just as the context ended may have gone through unseen.
 func (w *worker) release(ctx context.Context) {
 	w.held = false
-	if _, err := w.o.cfg.DB.ExecContext(ctx, w.ob.sql.ReleaseLease, w.ob.name, w.part, w.owner); err != nil {
+	if err := w.o.execCommitted(ctx, w.ob.sql.ReleaseLease, w.ob.name, w.part, w.owner); err != nil {
 		w.log.Warn("outboxer: release lease", "err", err)
 	}
 }

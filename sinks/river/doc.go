@@ -95,6 +95,16 @@
 //	_ = json.Unmarshal(job.Metadata, &md)
 //	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(md.Headers))
 //
+// # CloudEvents
+//
+// River has no content modes: with Options.CloudEvents the args stay what Options.Job
+// builds, and each job's metadata gets the message's CloudEvent 1.0 under
+// MetadataCloudEvent ("cloudevent"), in the JSON event format without data: id (the
+// message key, MetadataKey), source (CloudEvents.Source), type, subject (the group key),
+// time, datacontenttype, and the headers as extensions. A worker that passes events on
+// unmarshals it with any CloudEvents SDK. A message that cannot have a valid CloudEvent
+// (see ErrNotCloudEvent) goes dead at once.
+//
 // # Working with the inbox
 //
 // Every job's metadata carries MetadataKey (outboxer-key), the key a worker deduplicates
