@@ -41,7 +41,8 @@ type ForeignMessage struct {
 // watermillsink.OnForeign, riversink.OnForeign); without it they use SkipForeign with
 // their logger, so a foreign message never blocks a consumer silently. The choices:
 //
-//   - SkipForeign(logger): skip it and log a warning (the default).
+//   - SkipForeign(logger): skip it and log a warning (the default). To count them as
+//     well, wrap it: a function that increments your metric and calls it.
 //   - StopOnForeign: refuse it, an error matching ErrNoKey (the consumer stops at it
 //     until someone removes it or changes the policy).
 //   - a function of yours: dead-letter it (write ForeignMessage.Payload and Headers to

@@ -51,7 +51,7 @@ func MessageOf(msg *message.Message) (inbox.Message, error) {
 	return m, nil
 }
 
-// ConsumerOption configures Middleware.
+// ConsumerOption configures Middleware; Middleware ignores a nil one.
 type ConsumerOption func(*consumerOptions)
 
 type consumerOptions struct {
