@@ -43,8 +43,10 @@ type ForeignMessage struct {
 //
 //   - SkipForeign(logger): skip it and log a warning (the default). To count them as
 //     well, wrap it: a function that increments your metric and calls it.
-//   - StopOnForeign: refuse it, an error matching ErrNoKey (the consumer stops at it
-//     until someone removes it or changes the policy).
+//   - StopOnForeign: refuse it, an error matching ErrNoKey: Kafka's and SQS's Run stop
+//     at it, Watermill's router nacks it (a broker that requeues it first, as
+//     RabbitMQ does, stops the queue at it), River retries the job until it discards
+//     it. Use it when such a message is a mistake that someone must look at.
 //   - a function of yours: dead-letter it (write ForeignMessage.Payload and Headers to
 //     a table or topic of yours) and return nil to acknowledge it, or return the
 //     dead-letter's error to keep it. The acknowledgement comes after the function
