@@ -6,6 +6,7 @@ require (
 	github.com/outboxer-go/outboxer v0.1.0
 	github.com/outboxer-go/outboxer/adapters/adaptertest v0.1.0
 	github.com/outboxer-go/outboxer/adapters/bun v0.1.0
+	github.com/outboxer-go/outboxer/adapters/pgx v0.1.0
 	github.com/outboxer-go/outboxer/dbtest v0.1.0
 	github.com/uptrace/bun v1.3.0
 	github.com/uptrace/bun/dialect/mysqldialect v1.3.0
