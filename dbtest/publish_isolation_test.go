@@ -249,3 +249,48 @@ func TestPublishInSerializableTransactionsUnderLoad(t *testing.T) {
 		})
 	}
 }
+
+// A publish in a transaction needs no connection besides the transaction's, however small
+// the pool: with the only connection held by the transaction, the outbox's shape is read
+// through it, and the messages land in the recorded partitions.
+func TestPublishInTransactionOnAPoolOfOne(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		// The relays recorded 4 partitions; this publisher is configured with 1.
+		setup(t, db, core.Config{PublishOnly: true, Outboxes: map[string]core.OutboxConfig{"orders": {}}})
+		relay := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {Relay: &recorder{}, Partitions: 4}}})
+		stop := run(t, relay)
+		eventually(t, 20*time.Second, "the partitions recorded", func() bool {
+			st, err := relay.Status(ctx, "orders")
+			return err == nil && len(st) == 4 && st[3].LeaseHeld
+		})
+		stop()
+		db.SetMaxOpenConns(1)
+		pub, err := core.New(core.Config{DB: db.DB, Logger: quiet, PublishOnly: true,
+			Outboxes: map[string]core.OutboxConfig{"orders": {Partitions: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for round := range 2 {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			envs, err := pub.PublishAll(ctx, tx, []core.Message{event{Seq: 1, Group: "a"}, event{Seq: 2, Group: "b"}, event{Seq: 3, Group: "c"}})
+			if err != nil {
+				tx.Rollback()
+				t.Fatalf("round %d: publish: %v", round, err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatalf("round %d: commit: %v", round, err)
+			}
+			for _, e := range envs {
+				if want := core.PartitionFor(e.GroupKey, 4); e.Partition != want {
+					t.Fatalf("round %d: group %q published into partition %d, want %d of the 4 recorded", round, e.GroupKey, e.Partition, want)
+				}
+			}
+		}
+	})
+}
