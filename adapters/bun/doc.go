@@ -34,6 +34,22 @@
 // messages published inside it are gone with the rows written inside it, while those
 // published before or after it commit with the outer transaction.
 //
+// # Drivers
+//
+// Outboxer runs on the drivers bun's documentation sets up, with no Config.Dialect to
+// set: bun's own github.com/uptrace/bun/driver/pgdriver
+// (sql.OpenDB(pgdriver.NewConnector(...))), github.com/uptrace/bun/driver/sqliteshim
+// (modernc.org/sqlite or mattn/go-sqlite3 under it) and go-sql-driver/mysql. Their errors
+// are read from the driver's own error type: a serialization failure or deadlock
+// raised through pgdriver is retried by the inbox's Handle, a missing table is
+// core.ErrNotMigrated.
+//
+// Config.Notify needs a session that LISTENs, which database/sql cannot give through
+// pgdriver: an instance whose DB is a pgdriver pool reports core.ErrNotifyNotListening in
+// NotifyStatus (and logs it at Warn) and delivers by polling. Set Config.NotifyListener
+// to pgxoutbox.NewListener(dsn) (module github.com/outboxer-go/outboxer/adapters/pgx) to
+// listen on a pgx session of its own beside the pgdriver pool.
+//
 // # Migrations
 //
 // MigrationUp and MigrationDown are bun migrations (github.com/uptrace/bun/migrate)
