@@ -1,4 +1,8 @@
-// bun: an order service on bun and embedded SQLite, no server needed.
+// bun: an order service on bun, on embedded SQLite (no server needed) or, with
+// -postgres, on PostgreSQL through bun's own driver, pgdriver, set up as bun's
+// documentation does (OUTBOXER_EXAMPLE_POSTGRES, or postgres://postgres@127.0.0.1:5432/test;
+// in a schema of its own, dropped at the end). Outboxer needs no Dialect for either: it
+// tells it from the driver.
 //
 // Each order and its OrderPlaced event are written in one bun.Tx through bunoutbox.InTx:
 // a declined payment rolls back both, and a failed RunInTx inside the transaction (a
@@ -6,12 +10,17 @@
 // migration. Then the relay delivers what committed.
 //
 //	go run ./bun
+//	go run ./bun -postgres
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -21,7 +30,9 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/dialect/sqlitedialect"
+	"github.com/uptrace/bun/driver/pgdriver"
 	"github.com/uptrace/bun/migrate"
 	_ "modernc.org/sqlite"
 
@@ -54,11 +65,64 @@ func (p printer) Deliver(_ context.Context, batch []core.Envelope) error {
 }
 
 func main() {
+	postgres := flag.Bool("postgres", false, "run on PostgreSQL through bun's pgdriver instead of SQLite")
+	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := run(ctx, os.Stdout); err != nil {
+	open := openSQLite
+	if *postgres {
+		open = openPostgres
+	}
+	if err := run(ctx, os.Stdout, open); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// opener opens the example's database: the *sql.DB for the instance and bun over it,
+// and a function that removes what it made.
+type opener func(ctx context.Context) (pool *sql.DB, db *bun.DB, cleanup func(), err error)
+
+// openSQLite opens a SQLite file in a directory of its own with modernc.org/sqlite.
+func openSQLite(context.Context) (*sql.DB, *bun.DB, func(), error) {
+	dir, err := os.MkdirTemp("", "outboxer-bun")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pool, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "shop.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, nil, err
+	}
+	db := bun.NewDB(pool, sqlitedialect.New())
+	return pool, db, func() { db.Close(); os.RemoveAll(dir) }, nil
+}
+
+// postgresURL is the server the example uses with -postgres.
+func postgresURL() string {
+	return cmp.Or(os.Getenv("OUTBOXER_EXAMPLE_POSTGRES"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+}
+
+// openPostgres opens PostgreSQL as bun's documentation does,
+// sql.OpenDB(pgdriver.NewConnector(...)), in a schema of its own.
+func openPostgres(ctx context.Context) (*sql.DB, *bun.DB, func(), error) {
+	admin := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(postgresURL())))
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	schema := "outboxer_example_" + hex.EncodeToString(b)
+	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		admin.Close()
+		return nil, nil, nil, err
+	}
+	pool := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(postgresURL()),
+		pgdriver.WithConnParams(map[string]any{"search_path": schema})))
+	db := bun.NewDB(pool, pgdialect.New())
+	return pool, db, func() {
+		db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = admin.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE")
+		admin.Close()
+	}, nil
 }
 
 // Order is the business row.
@@ -68,18 +132,12 @@ type Order struct {
 	Wrapped       bool  `bun:"wrapped,notnull"`
 }
 
-func run(ctx context.Context, out io.Writer) error {
-	dir, err := os.MkdirTemp("", "outboxer-bun")
+func run(ctx context.Context, out io.Writer, open opener) error {
+	pool, db, cleanup, err := open(ctx)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	pool, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "shop.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
-	if err != nil {
-		return err
-	}
-	db := bun.NewDB(pool, sqlitedialect.New())
-	defer db.Close()
+	defer cleanup()
 
 	// The outbox tables as a bun migration, beside the application's own.
 	migrations := migrate.NewMigrations()
