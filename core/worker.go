@@ -53,6 +53,8 @@ type worker struct {
 	// whether this worker's partition counts in it (held, or being taken).
 	bal     *balance
 	counted bool
+	// aside lists the blocked groups being set aside (see setaside.go).
+	aside asides
 }
 
 // totalGroup stands for the whole partition in OrderTotal.
@@ -274,6 +276,9 @@ func (w *worker) nextDue(ctx context.Context) (time.Duration, error) {
 // waiting or held message of their group are not in the batch: behind lists them.
 func (w *worker) fetch(ctx context.Context) (batch []Envelope, behind []int64, fetched int, err error) {
 	q, args := w.ob.sql.Fetch(w.ob.name, w.part, w.ob.cfg.BatchSize, w.mode())
+	if len(w.aside.skip) > 0 {
+		q, args = w.ob.sql.FetchAround(w.ob.name, w.part, w.ob.cfg.BatchSize, w.aside.skip)
+	}
 	var exec Executor = w.o.cfg.DB
 	if w.o.strictIsolation(ctx) {
 		// The pool reads at another level: read only what is committed, whatever it says.
@@ -299,6 +304,9 @@ func (w *worker) fetch(ctx context.Context) (batch []Envelope, behind []int64, f
 		fetched++
 		if back {
 			behind = append(behind, e.ID)
+			if w.mode() == dialect.Grouped {
+				w.aside.note(e.GroupKey, e.ID)
+			}
 			return nil
 		}
 		g := w.group(&e)
@@ -317,6 +325,9 @@ func (w *worker) fetch(ctx context.Context) (batch []Envelope, behind []int64, f
 		batch = append(batch, e)
 		return nil
 	})
+	if len(batch) > 0 {
+		w.aside.readyAt = time.Now()
+	}
 	return batch, behind, fetched, err
 }
 
@@ -715,6 +726,10 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 	if err := w.promote(ctx); err != nil {
 		return 0, err
 	}
+	set, err := w.setAside(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("set aside: %w", err)
+	}
 	w.unreadable = w.unreadable[:0]
 	batch, behind, fetched, err := w.fetch(ctx)
 	if err != nil {
@@ -733,8 +748,8 @@ func (w *worker) step(ctx, hard context.Context) (int, error) {
 		}
 	}
 	if len(batch) == 0 {
-		// Rows that were read were held; look again at once.
-		return fetched, nil
+		// Rows that were read (or set aside) were held; look again at once.
+		return fetched + set, nil
 	}
 	if w.ob.pauses.Load() != w.pauses {
 		// Pause or Resume was called on this instance while the batch was read: what was

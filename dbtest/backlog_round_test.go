@@ -193,6 +193,7 @@ func rowsRead(t *testing.T, db *dbtest.DB, s loggedStatement) (int, string) {
 	}
 	defer rows.Close()
 	var plan []string
+	subqueries := map[string]bool{} // a scan of one reads the rows its query gave, not the table
 	for rows.Next() {
 		var id, parent, unused int
 		var detail string
@@ -200,8 +201,14 @@ func rowsRead(t *testing.T, db *dbtest.DB, s loggedStatement) (int, string) {
 			t.Fatal(err)
 		}
 		plan = append(plan, detail)
+		for _, p := range []string{"CO-ROUTINE ", "MATERIALIZE "} {
+			if name, ok := strings.CutPrefix(detail, p); ok {
+				subqueries[name] = true
+			}
+		}
+		scanned, _, _ := strings.Cut(strings.TrimPrefix(detail, "SCAN "), " ")
 		// A scan of the message table reads all of it; a search reads a range of an index.
-		if strings.HasPrefix(detail, "SCAN ") && !strings.Contains(detail, "json_each") && !strings.Contains(detail, "CONSTANT ROW") {
+		if strings.HasPrefix(detail, "SCAN ") && !subqueries[scanned] && !strings.Contains(detail, "json_each") && !strings.Contains(detail, "CONSTANT ROW") {
 			var all int
 			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+s.table).Scan(&all); err != nil {
 				t.Fatal(err)

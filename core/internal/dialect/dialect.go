@@ -47,6 +47,16 @@ const PendingStates = "(0, 3, 4)"
 // blockingStates are the states of a row that holds back the later rows of its group.
 const blockingStates = "(3, 4)"
 
+// readyOfGroup is the predicate of the index of a group's ready rows (PostgreSQL, SQLite;
+// MySQL's index of blocking rows holds every state), and the condition on the state that
+// the statements reading by it state. It says "state < 1", not "state = 0", for the
+// planners: without statistics (a backlog just written) PostgreSQL weighs an index of the
+// partition's ready rows and one of a group's alike, and a probe for a group's ready
+// rows in an ID range that it ran by the partition's read every ready row of the range.
+// No statement of the partition's ready rows says "state < 1", and the group comes first
+// in this index, so neither index serves the other's statements.
+const readyOfGroup = "state < 1"
+
 // SQL holds the statements of one message table (and its lease table) in one dialect.
 // Statements are written with ? placeholders and rewritten for PostgreSQL once.
 type SQL struct {
@@ -455,6 +465,13 @@ const (
 // partition, in Total mode), then the database clock. A row behind must not be delivered
 // now: the caller holds it (Hold), and it costs no later fetch anything.
 func (s *SQL) Fetch(outbox string, part, limit int, mode Mode) (string, []any) {
+	q, args := s.fetch(outbox, part, limit, mode, "", nil)
+	return s.p(q), args
+}
+
+// fetch is Fetch's query with ? placeholders and a further condition on its rows m.
+func (s *SQL) fetch(outbox string, part, limit int, mode Mode, cond string, condArgs []any) (string, []any) {
+	args := append(append([]any{outbox, part}, condArgs...), limit)
 	now := s.Now()
 	behind := `0`
 	switch mode {
@@ -469,9 +486,116 @@ func (s *SQL) Fetch(outbox string, part, limit int, mode Mode) (string, []any) {
 		// every waiting and held row older than the ready ones.
 		table += ` FORCE INDEX (` + s.Quote(s.Table+"_pending") + `)`
 	}
-	return s.p(`SELECT id, type, group_key, payload, headers, attempts, last_error, ` + s.TimeCol("created_at") + `, ` +
-		s.TimeCol("available_at") + `, ` + behind + `, ` + s.TimeCol(now) +
-		` FROM ` + table + ` WHERE outbox = ? AND state = 0 AND part = ? ORDER BY id LIMIT ?`), []any{outbox, part, limit}
+	return `SELECT id, type, group_key, payload, headers, attempts, last_error, ` + s.TimeCol("created_at") + ` AS created, ` +
+		s.TimeCol("available_at") + ` AS available, ` + behind + ` AS behind, ` + s.TimeCol(now) + ` AS db_now` +
+		` FROM ` + table + ` WHERE outbox = ? AND state = 0 AND part = ?` + cond + ` ORDER BY id LIMIT ?`, args
+}
+
+// Range is a range of message IDs, both ends included.
+type Range struct{ From, To int64 }
+
+// FetchAround is Fetch (Grouped) that leaves out the ready rows in the given ID ranges
+// (ascending, disjoint: rows set aside behind a blocked head, not read one fetch after
+// another), and, past a range, every row whose group has a ready row in it, which must
+// go first. The ranges' rows are read again once the ranges are gone. The query is a
+// union of the stretches between the ranges, each read by the index of ready rows in ID
+// order, none stepping through a range.
+func (s *SQL) FetchAround(outbox string, part, limit int, skip []Range) (string, []any) {
+	if len(skip) == 0 {
+		return s.Fetch(outbox, part, limit, Grouped)
+	}
+	var b strings.Builder
+	var args []any
+	for i := 0; i <= len(skip); i++ {
+		var cond strings.Builder
+		var more []any
+		if i > 0 {
+			cond.WriteString(` AND m.id > ?`)
+			more = append(more, skip[i-1].To)
+		}
+		if i < len(skip) {
+			cond.WriteString(` AND m.id < ?`)
+			more = append(more, skip[i].From)
+		}
+		if i > 0 {
+			cond.WriteString(` AND (m.group_key = '' OR (`)
+			for j, r := range skip[:i] {
+				if j > 0 {
+					cond.WriteString(` AND `)
+				}
+				cond.WriteString(s.noneReadyIn())
+				more = append(more, r.From, r.To)
+			}
+			cond.WriteString(`))`)
+		}
+		q, a := s.fetch(outbox, part, limit, Grouped, cond.String(), more)
+		if i > 0 {
+			b.WriteString(` UNION ALL `)
+		}
+		fmt.Fprintf(&b, `SELECT * FROM (%s) AS f%d`, q, i)
+		args = append(args, a...)
+	}
+	b.WriteString(` ORDER BY id LIMIT ?`)
+	return s.p(b.String()), append(args, limit)
+}
+
+// noneReadyIn is a condition on a row m, with the two ends of an ID range as arguments:
+// no ready row of its group lies in the range.
+func (s *SQL) noneReadyIn() string {
+	table := s.Messages + ` AS r`
+	if s.Kind == MySQL {
+		table += ` FORCE INDEX (` + s.Quote(s.Table+"_blocking") + `)`
+	}
+	probe := `SELECT 1 FROM ` + table + ` WHERE r.group_key = m.group_key AND r.outbox = m.outbox AND r.part = m.part` +
+		` AND ` + s.readyInGroup("r") + ` AND r.id BETWEEN ? AND ?`
+	if s.Kind == MySQL {
+		// A row's probe, by the index: MariaDB makes a NOT EXISTS an anti-join it may
+		// run by reading the whole index once (every held and ready row of the table).
+		return `(` + probe + ` LIMIT 1) IS NULL`
+	}
+	return `NOT EXISTS (` + probe + `)`
+}
+
+// readyInGroup is the condition on the state of a row (alias a) that reads a group's
+// ready rows by their index.
+func (s *SQL) readyInGroup(a string) string {
+	if s.Kind == MySQL {
+		return a + `.state = 0`
+	}
+	return a + `.` + readyOfGroup
+}
+
+// Aside returns the query for the ready rows of a group behind its first waiting or held
+// row, from ID from on, in ID order, at most limit: the rows to set aside next. Each row
+// also gives the group's last ready ID. No row: nothing of the group is behind.
+func (s *SQL) Aside(outbox string, part int, group string, from int64, limit int) (string, []any) {
+	table := func(alias string) string {
+		t := s.Messages + ` AS ` + alias
+		if s.Kind == MySQL {
+			t += ` FORCE INDEX (` + s.Quote(s.Table+"_blocking") + `)`
+		}
+		return t
+	}
+	of := func(a string) string {
+		return a + `.group_key = ? AND ` + a + `.outbox = ? AND ` + a + `.part = ?`
+	}
+	// The first and last rows by ORDER BY and LIMIT, not MIN and MAX: without statistics
+	// PostgreSQL computes those by reading every row of the group.
+	first := `(SELECT b.id FROM ` + table("b") + ` WHERE ` + of("b") + ` AND b.state IN ` + blockingStates + ` ORDER BY b.id LIMIT 1)`
+	firstArgs := []any{group, outbox, part}
+	if s.Kind == MySQL {
+		// By the index, one row a state: MIN over both states reads every held row.
+		one := func(state int) string {
+			return `(SELECT b.id FROM ` + table("b") + ` WHERE ` + of("b") + ` AND b.state = ` + strconv.Itoa(state) + ` ORDER BY b.id LIMIT 1)`
+		}
+		w, h := one(Waiting), one(Held)
+		first = `LEAST(COALESCE(` + w + `, ` + h + `), COALESCE(` + h + `, ` + w + `))`
+		firstArgs = []any{group, outbox, part, group, outbox, part, group, outbox, part, group, outbox, part}
+	}
+	q := `SELECT m.id, (SELECT l.id FROM ` + table("l") + ` WHERE ` + of("l") + ` AND ` + s.readyInGroup("l") + ` ORDER BY l.id DESC LIMIT 1)` +
+		` FROM ` + table("m") + ` WHERE ` + of("m") + ` AND ` + s.readyInGroup("m") + ` AND m.id >= ? AND m.id > ` + first + ` ORDER BY m.id LIMIT ?`
+	args := append([]any{group, outbox, part, group, outbox, part, from}, firstArgs...)
+	return s.p(q), append(args, limit)
 }
 
 // behind is a condition on a row m: an earlier row of its group (or of its partition,
@@ -740,6 +864,7 @@ func (s *SQL) Up() []string {
 			`CREATE INDEX IF NOT EXISTS `+idx("delivered")+` ON `+s.Messages+` (outbox, delivered_at) WHERE state = 1`,
 			`CREATE INDEX IF NOT EXISTS `+idx("waiting")+` ON `+s.Messages+` (outbox, part, available_at) WHERE state = 3`,
 			`CREATE INDEX IF NOT EXISTS `+idx("blocking")+` ON `+s.Messages+` (outbox, part, group_key, id) WHERE state IN `+blockingStates,
+			`CREATE INDEX IF NOT EXISTS `+idx("ready_group")+` ON `+s.Messages+` (group_key, outbox, part, id) WHERE `+readyOfGroup,
 			s.waitingFromReady(),
 			`CREATE TABLE IF NOT EXISTS `+s.Leases+` (
 	outbox text NOT NULL,
@@ -781,6 +906,7 @@ func (s *SQL) Up() []string {
 			`CREATE INDEX IF NOT EXISTS `+idx("delivered")+` ON `+s.Quote(s.Table)+` (outbox, delivered_at) WHERE state = 1`,
 			`CREATE INDEX IF NOT EXISTS `+idx("waiting")+` ON `+s.Quote(s.Table)+` (outbox, part, available_at) WHERE state = 3`,
 			`CREATE INDEX IF NOT EXISTS `+idx("blocking")+` ON `+s.Quote(s.Table)+` (outbox, part, group_key, id) WHERE state IN `+blockingStates,
+			`CREATE INDEX IF NOT EXISTS `+idx("ready_group")+` ON `+s.Quote(s.Table)+` (group_key, outbox, part, id) WHERE `+readyOfGroup,
 			s.waitingFromReady(),
 			`CREATE TABLE IF NOT EXISTS `+s.Leases+` (
 	outbox TEXT NOT NULL,

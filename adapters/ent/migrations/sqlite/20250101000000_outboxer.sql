@@ -24,6 +24,8 @@ CREATE INDEX IF NOT EXISTS "outboxer_messages_waiting" ON "outboxer_messages" (o
 
 CREATE INDEX IF NOT EXISTS "outboxer_messages_blocking" ON "outboxer_messages" (outbox, part, group_key, id) WHERE state IN (3, 4);
 
+CREATE INDEX IF NOT EXISTS "outboxer_messages_ready_group" ON "outboxer_messages" (group_key, outbox, part, id) WHERE state < 1;
+
 UPDATE "outboxer_messages" SET state = 3 WHERE state = 0 AND available_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
 
 CREATE TABLE IF NOT EXISTS "outboxer_messages_leases" (
