@@ -430,3 +430,159 @@ func TestSetAsideFiveBlockedGroupsDeadDiscardedAndRetried(t *testing.T) {
 		checkGroupOrder(t, rest, slices.DeleteFunc(slices.Clone(got), func(e core.Envelope) bool { return e.ID == heads[0] }))
 	})
 }
+
+// Transactions that publish 1,000 messages each with PublishAll at SERIALIZABLE (the
+// pool's default) commit, while three relays deliver the outbox and narrow the batches a
+// poison message spoils, and set its group's backlog aside. Every message but the
+// poison is delivered once.
+func TestPublishAllOf1000AtSerializableWhileRelaysNarrow(t *testing.T) {
+	t.Parallel()
+	for _, d := range []core.Dialect{core.Postgres, core.MySQL} {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.Open(t, d)
+			strict := serializable(t, db)
+			ctx := context.Background()
+			admin := setup(t, db, core.Config{PublishOnly: true, Outboxes: map[string]core.OutboxConfig{"orders": {}}})
+			var (
+				mu     sync.Mutex
+				poison = map[int64]bool{}
+				seen   = map[int64]int{}
+			)
+			relay := core.RelayFunc(func(_ context.Context, batch []core.Envelope) error {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, e := range batch {
+					if poison[e.ID] {
+						return errors.New("the broker rejects the batch")
+					}
+				}
+				for _, e := range batch {
+					seen[e.ID]++
+				}
+				return nil
+			})
+			for range 3 {
+				ob, err := core.New(core.Config{DB: strict.DB, Logger: quiet, LeaseDuration: 2 * time.Second,
+					Outboxes: map[string]core.OutboxConfig{"orders": {Relay: relay, Partitions: 6, BatchSize: 50, MaxAttempts: 3,
+						PollInterval: 5 * time.Millisecond, Backoff: core.Backoff{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond}}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				run(t, ob)
+			}
+			const publishers, rounds, per = 4, 3, 1000
+			var wg sync.WaitGroup
+			errs := make(chan error, publishers*rounds)
+			var all sync.Map // ID → true, every message published
+			for p := range publishers {
+				pub, err := core.New(core.Config{DB: strict.DB, Logger: quiet, PublishOnly: true,
+					Outboxes: map[string]core.OutboxConfig{"orders": {Partitions: 6}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg.Go(func() {
+					for r := range rounds {
+						msgs := make([]core.Message, per)
+						for i := range msgs {
+							msgs[i] = event{Seq: i, Group: fmt.Sprintf("g%d", i%50)}
+						}
+						tx, err := strict.BeginTx(ctx, nil)
+						if err != nil {
+							errs <- err
+							return
+						}
+						envs, err := pub.PublishAll(ctx, tx, msgs)
+						if err != nil {
+							tx.Rollback()
+							errs <- fmt.Errorf("publisher %d, round %d: PublishAll: %w", p, r, err)
+							continue
+						}
+						if r == 0 && p == 0 {
+							mu.Lock()
+							poison[envs[7].ID] = true
+							mu.Unlock()
+						}
+						if err := tx.Commit(); err != nil {
+							errs <- fmt.Errorf("publisher %d, round %d: commit: %w", p, r, err)
+							continue
+						}
+						for _, e := range envs {
+							all.Store(e.ID, true)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			if t.Failed() {
+				return
+			}
+			eventually(t, 2*time.Minute, "every message delivered or dead", func() bool {
+				c := counts(t, admin, "orders")
+				return c.Pending == 0 && c.Dead >= 1
+			})
+			if c := counts(t, admin, "orders"); c.Dead != 1 {
+				t.Fatalf("counts %+v, want the poison alone dead", c)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			all.Range(func(k, _ any) bool {
+				id := k.(int64)
+				n++
+				if want := map[bool]int{true: 0, false: 1}[poison[id]]; seen[id] != want {
+					t.Errorf("message %d delivered %d times, want %d", id, seen[id], want)
+				}
+				return true
+			})
+			if n != publishers*rounds*per {
+				t.Fatalf("%d published, want %d", n, publishers*rounds*per)
+			}
+		})
+	}
+}
+
+// A relay instance on a pool of one connection, with a TxRelay that spoils its
+// transactions with a poison message: the narrowing, the reading of what a failed
+// delivery left, the recording of failures and the set-aside all go through the one
+// connection, one after the other, and the poison alone goes dead.
+func TestNarrowingOnAPoolOfOne(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		t.Parallel()
+		createJobs(t, db)
+		relay := &poisonTxRelay{dialect: db.Dialect}
+		ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {
+			Relay: relay, MaxAttempts: 2, BatchSize: 10, PollInterval: 10 * time.Millisecond,
+			Backoff: core.Backoff{Min: 10 * time.Millisecond, Max: 10 * time.Millisecond}}}})
+		var msgs []core.Message
+		for i := range 60 {
+			msgs = append(msgs, event{Seq: i, Group: fmt.Sprintf("g%d", i%4)})
+		}
+		envs := publish(t, ob, db.DB, msgs...)
+		relay.mu.Lock()
+		relay.poison = map[int64]bool{envs[5].ID: true}
+		relay.mu.Unlock()
+		db.SetMaxOpenConns(1)
+		run(t, ob)
+		eventually(t, time.Minute, "the poison dead and nothing pending", func() bool {
+			c := counts(t, ob, "orders")
+			return c.Pending == 0 && c.Dead >= 1
+		})
+		if c := counts(t, ob, "orders"); c.Dead != 1 {
+			t.Fatalf("counts %+v, want the poison alone dead", c)
+		}
+		got := jobs(t, db)
+		if len(got) != len(envs)-1 {
+			t.Fatalf("%d jobs committed, want %d", len(got), len(envs)-1)
+		}
+		var delivered []core.Envelope
+		for _, j := range got {
+			delivered = append(delivered, core.Envelope{ID: j.ID, GroupKey: j.GroupKey})
+		}
+		checkGroupOrder(t, slices.DeleteFunc(slices.Clone(envs), func(e core.Envelope) bool { return e.ID == envs[5].ID }), delivered)
+	})
+}
