@@ -586,3 +586,70 @@ func TestNarrowingOnAPoolOfOne(t *testing.T) {
 		checkGroupOrder(t, slices.DeleteFunc(slices.Clone(envs), func(e core.Envelope) bool { return e.ID == envs[5].ID }), delivered)
 	})
 }
+
+// The partition's lease taken by another node while a failed batch is being narrowed
+// (its owner and token changed under the worker): nothing the worker then decides is
+// recorded. No message is charged, made dead or removed, though the relay failed the
+// poison alone with MaxAttempts 1.
+func TestNarrowingAfterTheLeaseWasTaken(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		t.Parallel()
+		ctx := context.Background()
+		var (
+			mu     sync.Mutex
+			poison int64
+			stolen bool
+			after  int // calls once the lease was taken
+		)
+		relay := core.RelayFunc(func(_ context.Context, batch []core.Envelope) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if stolen {
+				after++
+			} else {
+				stolen = true
+				if _, err := db.ExecContext(ctx, `UPDATE `+core.DefaultTable+`_leases SET owner = 'another node', token = token + 1 WHERE outbox = 'orders' AND part = 0`); err != nil {
+					t.Errorf("take the lease: %v", err)
+				}
+			}
+			for _, e := range batch {
+				if e.ID == poison {
+					return errors.New("the broker rejects the batch")
+				}
+			}
+			return nil
+		})
+		ob := setup(t, db, core.Config{Outboxes: map[string]core.OutboxConfig{"orders": {
+			Relay: relay, MaxAttempts: 1, BatchSize: 16, PollInterval: 10 * time.Millisecond}}})
+		var msgs []core.Message
+		for i := range 16 {
+			msgs = append(msgs, event{Seq: i, Group: fmt.Sprintf("g%d", i%4)})
+		}
+		mu.Lock()
+		envs := publish(t, ob, db.DB, msgs...)
+		poison = envs[9].ID
+		mu.Unlock()
+		run(t, ob)
+		eventually(t, 30*time.Second, "the narrowing handed parts over", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return after > 0
+		})
+		time.Sleep(500 * time.Millisecond) // time for a confirmation that must not go through
+		if c := counts(t, ob, "orders"); c.Dead != 0 || c.Pending != int64(len(envs)) {
+			t.Fatalf("counts %+v after the lease was taken, want all %d pending, none dead", c, len(envs))
+		}
+		pending, err := ob.ListPending(ctx, "orders", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pending {
+			if p.Attempts != 0 {
+				t.Errorf("message %d charged %d attempts by a worker whose lease was taken", p.ID, p.Attempts)
+			}
+		}
+		mu.Lock()
+		t.Logf("%d parts handed over after the lease was taken", after)
+		mu.Unlock()
+	})
+}
