@@ -653,3 +653,62 @@ func TestNarrowingAfterTheLeaseWasTaken(t *testing.T) {
 		mu.Unlock()
 	})
 }
+
+// asideJoinBacklog is the poisoned group's backlog in TestSetAsideWhileASecondNodeJoins.
+const asideJoinBacklog = 20000
+
+// A poisoned group with a large backlog is being set aside when a second node joins and
+// the partitions are dealt again: the other groups' messages published then are
+// delivered while the group stays blocked, and once its head is discarded every message
+// behind it goes, in order, none lost and none twice, whichever node holds its partition.
+func TestSetAsideWhileASecondNodeJoins(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		t.Parallel()
+		ctx := context.Background()
+		rec := newAsideRelay()
+		cfg := func() core.Config {
+			return core.Config{Table: "aside_join", LeaseDuration: 2 * time.Second, Outboxes: map[string]core.OutboxConfig{"orders": {
+				Relay: rec, Partitions: 2, BatchSize: 200, PollInterval: 10 * time.Millisecond,
+				Backoff: core.Backoff{Func: func(int) time.Duration { return time.Hour }}}}}
+		}
+		a := setup(t, db, cfg())
+		head := publish(t, a, db.DB, event{Seq: 0, Group: "poison"})
+		rec.set(head[0].ID, true)
+		var published []core.Envelope
+		for from := 0; from < asideJoinBacklog; from += 2000 {
+			msgs := make([]core.Message, 0, 2000)
+			for i := range cap(msgs) {
+				msgs = append(msgs, event{Seq: from + i, Group: "poison"})
+			}
+			published = append(published, publish(t, a, db.DB, msgs...)...)
+		}
+		run(t, a)
+		eventually(t, time.Minute, "the head failed", func() bool { return rec.allFailed(head[0].ID) })
+		b := setup(t, db, cfg())
+		run(t, b)
+		for r := range 10 {
+			msgs := make([]core.Message, 100)
+			for i := range msgs {
+				msgs[i] = event{Seq: r, Group: fmt.Sprintf("other:%d", i)}
+			}
+			published = append(published, publish(t, a, db.DB, msgs...)...)
+		}
+		eventually(t, 2*time.Minute, "the other groups delivered", func() bool {
+			return deliveredOf(rec, map[string]bool{"poison": true}) == 1000
+		})
+		for _, e := range rec.delivered() {
+			if e.GroupKey == "poison" {
+				t.Fatalf("message %d of the poisoned group delivered while its head waits", e.ID)
+			}
+		}
+		if n, err := a.Discard(ctx, "orders", head[0].ID); err != nil || n != 1 {
+			t.Fatalf("Discard = %d, %v; want 1, nil", n, err)
+		}
+		eventually(t, 5*time.Minute, "every message delivered", func() bool { return counts(t, a, "orders").Pending == 0 })
+		got := rec.delivered()
+		if len(got) != len(published) {
+			t.Errorf("delivered %d, want %d", len(got), len(published))
+		}
+		checkGroupOrder(t, published, got)
+	})
+}
