@@ -326,46 +326,78 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 		counts = countOf(partRange+" AND state = 0", "part, id", countPerPart) + `, ` +
 			countOf("outbox = ? AND part = ? AND state IN (3, 4)", s.waitingOrder(), countPerPart)
 	}
-	one := `SELECT %d AS part, ` + counts + `, ` +
-		`h.head, h.n, ` +
-		`(SELECT ` + s.timeCol(`MIN(available_at)`) + ` FROM ` + s.msgs + ` WHERE outbox = ? AND part = ? AND state = 3) AS next, ` +
-		`y.n, y.retrying, y.scheduled, y.since, ` + s.timeCol(s.now()) + ` AS at FROM (SELECT COUNT(*) AS n, ` +
-		`COALESCE(SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END), 0) AS retrying, ` +
-		`COALESCE(SUM(CASE WHEN state = 3 AND attempts = 0 AND available_at > ` + s.now() + ` THEN 1 ELSE 0 END), 0) AS scheduled, ` +
-		s.timeCol(`MIN(`+due+`)`) + ` AS since` +
-		` FROM ` + s.limited("state, attempts, available_at, created_at", "outbox = ? AND part = ? AND state IN (3, 4)", s.waitingOrder(), perPart) + `) y, ` +
-		`(SELECT ` + s.timeCol(`MIN(d)`) + ` AS head, COUNT(*) AS n FROM ` + s.limited(due+` AS d`, partRange+` AND state = 0`, "part, id", headRows) + `) h`
+	// stmt is the statement of one partition (its number in place of %d), reading at most
+	// sample+1 of its waiting and held rows.
+	stmt := func(sample int) string {
+		return `SELECT %d AS part, ` + counts + `, ` +
+			`h.head, h.n, ` +
+			`(SELECT ` + s.timeCol(`MIN(available_at)`) + ` FROM ` + s.msgs + ` WHERE outbox = ? AND part = ? AND state = 3) AS next, ` +
+			`y.n, y.retrying, y.scheduled, y.since, ` + s.timeCol(s.now()) + ` AS at FROM (SELECT COUNT(*) AS n, ` +
+			`COALESCE(SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END), 0) AS retrying, ` +
+			`COALESCE(SUM(CASE WHEN state = 3 AND attempts = 0 AND available_at > ` + s.now() + ` THEN 1 ELSE 0 END), 0) AS scheduled, ` +
+			s.timeCol(`MIN(`+due+`)`) + ` AS since` +
+			` FROM ` + s.limited("state, attempts, available_at, created_at", "outbox = ? AND part = ? AND state IN (3, 4)", s.waitingOrder(), sample) + `) y, ` +
+			`(SELECT ` + s.timeCol(`MIN(d)`) + ` AS head, COUNT(*) AS n FROM ` + s.limited(due+` AS d`, partRange+` AND state = 0`, "part, id", headRows) + `) h`
+	}
 	type partRow struct {
 		ready, waiting               sql.NullInt64
 		head, next, since, at        dbtime.Time
 		headRead                     int64
 		sampled, retrying, scheduled int64
+		sample                       int // the bound its waiting and held rows were read with
 	}
 	rows := map[int]partRow{}
 	// partsPerStatement partitions a statement: SQLite refuses a compound SELECT of more
 	// than 500 parts, and the planning of one grows faster than its parts on PostgreSQL.
 	const partsPerStatement = 32
-	for chunk := range slices.Chunk(slices.Sorted(maps.Keys(ps)), partsPerStatement) {
-		var stmts []string
-		args = nil
-		for _, p := range chunk {
-			stmts = append(stmts, fmt.Sprintf(one, p))
-			if byPartition {
-				args = append(args, outbox, p, p, outbox, p)
+	read := func(parts []int, sample int) error {
+		one := stmt(sample)
+		for chunk := range slices.Chunk(parts, partsPerStatement) {
+			var stmts []string
+			args = nil
+			for _, p := range chunk {
+				stmts = append(stmts, fmt.Sprintf(one, p))
+				if byPartition {
+					args = append(args, outbox, p, p, outbox, p)
+				}
+				args = append(args, outbox, p, outbox, p, outbox, p, p)
 			}
-			args = append(args, outbox, p, outbox, p, outbox, p, p)
+			err := s.query(ctx, strings.Join(stmts, " UNION ALL "), args, func(scan func(...any) error) error {
+				var p int
+				r := partRow{sample: sample}
+				err := scan(&p, &r.ready, &r.waiting, &r.head, &r.headRead, &r.next, &r.sampled, &r.retrying, &r.scheduled, &r.since, &r.at)
+				rows[p] = r
+				if st.At.IsZero() || r.at.After(st.At) {
+					st.At = r.at.Time
+				}
+				return err
+			})
+			if err != nil {
+				return err
+			}
 		}
-		err = s.query(ctx, strings.Join(stmts, " UNION ALL "), args, func(scan func(...any) error) error {
-			var p int
-			var r partRow
-			err := scan(&p, &r.ready, &r.waiting, &r.head, &r.headRead, &r.next, &r.sampled, &r.retrying, &r.scheduled, &r.since, &r.at)
-			rows[p] = r
-			if st.At.IsZero() || r.at.After(st.At) {
-				st.At = r.at.Time
-			}
-			return err
-		})
-		if err != nil {
+		return nil
+	}
+	if err := read(slices.Sorted(maps.Keys(ps)), perPart); err != nil {
+		return fail("partitions", err)
+	}
+	// The sample is shared among the partitions, but one partition may hold most of what
+	// waits: when no more than sampleCap messages wait in all, the partitions whose share
+	// ran out are read again in full, so that every figure below the caps is exact.
+	waitingAll, full := waiting.Int64, []int{}
+	if byPartition {
+		waitingAll = 0
+		for _, r := range rows {
+			waitingAll += r.waiting.Int64
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(rows)) {
+		if rows[p].sampled > int64(perPart) {
+			full = append(full, p)
+		}
+	}
+	if len(full) > 0 && waitingAll <= sampleCap {
+		if err := read(full, sampleCap); err != nil {
 			return fail("partitions", err)
 		}
 	}
@@ -410,7 +442,7 @@ func (s *store) readStats(ctx context.Context, outbox string, parts []int, ls []
 	st.Retrying, st.Scheduled = exact(0), exact(0)
 	for _, p := range slices.Sorted(maps.Keys(ps)) {
 		ph, r := ps[p], rows[p]
-		all := r.sampled <= int64(perPart)
+		all := r.sampled <= int64(r.sample)
 		st.AllWaitingRead = st.AllWaitingRead && all
 		// The oldest due ready message is one of those read: all of them, or the age
 		// is a lower bound (a message retried or delayed, due later than the one after
