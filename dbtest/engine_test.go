@@ -22,7 +22,7 @@ var fast = core.Backoff{Func: func(int) time.Duration { return time.Millisecond 
 
 // checkGroupOrder fails unless, for every group, the messages confirmed are exactly the
 // ones published, in publishing order.
-func checkGroupOrder(t *testing.T, published, delivered []core.Envelope) {
+func checkGroupOrder(t testing.TB, published, delivered []core.Envelope) {
 	t.Helper()
 	want := map[string][]int64{}
 	for _, e := range published {
