@@ -25,6 +25,16 @@ import (
 // deadline of its own; the narrowing stops handing over parts when the worker is
 // stopping, its lease cannot be renewed, its outbox is paused, or the engine itself cut a
 // delivery short, and what was not tried then stays pending with no attempt counted.
+//
+// A part that ran into the delivery timeout costs a whole timeout to try again, and a
+// broker that does not answer at all fails every part that way: narrowing a batch of n
+// would wait out 2n-1 timeouts before anything is charged. So before a part that timed
+// out is split further, its second half (less the groups of the first, which wait for
+// it) is tried beside its first: when both run into the timeout too, the broker is down,
+// not one message, and the narrowing stops. Every message not delivered is then charged
+// as a failed batch is (the first of each group; the rest wait behind it): three
+// timeouts in all, whatever the batch. A message that makes its batch hang is found in
+// one timeout per halving.
 
 // tried is what came of handing part of a batch to the relay once.
 type tried struct {
@@ -48,8 +58,12 @@ type narrowing struct {
 	bctx    context.Context // the parent of each part's delivery context
 	deliver func(dctx context.Context, part []Envelope) tried
 	stopped map[string]bool // groups with a message not delivered: their later ones wait
+	settled map[int64]bool  // the messages whose outcome is in out, or that wait (stopped)
 	out     outcome
 	halt    bool
+	// down is the error of a broker that ran into the delivery timeout whichever part
+	// it was handed (see above); nil while none did.
+	down error
 }
 
 // deliverNarrowed delivers batch: first as a whole, with the delivery context dctx, then,
@@ -61,20 +75,28 @@ func (w *worker) deliverNarrowed(ctx, bctx, dctx context.Context, batch []Envelo
 	if first.err != nil {
 		return outcome{}, first.err
 	}
-	n := &narrowing{w: w, ctx: ctx, bctx: bctx, deliver: deliver, stopped: map[string]bool{}}
-	n.settle(batch, first)
+	n := &narrowing{w: w, ctx: ctx, bctx: bctx, deliver: deliver, stopped: map[string]bool{}, settled: map[int64]bool{}}
+	n.settle(batch, first, timedOut(dctx))
+	if n.down != nil {
+		n.chargeRest(batch)
+	}
 	out := n.out
 	out.held = len(batch) - len(out.delivered) - len(out.failed) - len(out.dead)
 	return out, nil
 }
 
-// settle records what came of delivering part and narrows further where it failed.
-func (n *narrowing) settle(part []Envelope, t tried) {
+// settle records what came of delivering part (to: the delivery ran into the delivery
+// timeout) and narrows further where it failed.
+func (n *narrowing) settle(part []Envelope, t tried, to bool) {
 	if t.err != nil || t.stop {
 		n.halt = true
 	}
 	if t.whole && len(part) > 1 && !n.halt {
 		mid := len(part) / 2
+		if to {
+			n.splitTimedOut(part[:mid], part[mid:])
+			return
+		}
 		n.try(part[:mid])
 		n.try(part[mid:])
 		return
@@ -91,12 +113,87 @@ func (n *narrowing) settle(part []Envelope, t tried) {
 	}
 	for i := range part {
 		if !went[part[i].ID] {
+			n.settled[part[i].ID] = true
 			n.stop(&part[i])
 		}
+	}
+	for _, id := range t.out.delivered {
+		n.settled[id] = true
 	}
 	if len(t.again) > 0 {
 		n.try(t.again)
 	}
+}
+
+// splitTimedOut narrows a part that ran into the delivery timeout, in halves first and
+// second. The second half's messages of the first half's groups wait for the first half's
+// narrowing; the others are tried beside the first half before it is split: when both
+// time out, the broker is down (see above).
+func (n *narrowing) splitTimedOut(first, second []Envelope) {
+	a, ta, toA, ok := n.call(first)
+	if !ok {
+		n.try(second)
+		return
+	}
+	if !ta.whole || !toA || n.halt {
+		n.settle(a, ta, toA)
+		n.try(second)
+		return
+	}
+	groups := make(map[string]bool, len(a))
+	for i := range a {
+		if g := n.w.group(&a[i]); g != "" {
+			groups[g] = true
+		}
+	}
+	var beside, behind []Envelope
+	for i := range second {
+		if g := n.w.group(&second[i]); g != "" && groups[g] {
+			behind = append(behind, second[i])
+		} else {
+			beside = append(beside, second[i])
+		}
+	}
+	b, tb, toB, ok := n.call(beside)
+	if ok && tb.whole && toB {
+		var err error
+		if len(tb.out.failed) > 0 {
+			err = tb.out.failed[0].err
+		} else if len(tb.out.dead) > 0 {
+			err = tb.out.dead[0].err
+		}
+		if err == nil {
+			err = context.DeadlineExceeded
+		}
+		n.down, n.halt = err, true
+	}
+	n.settle(a, ta, toA)
+	if ok {
+		n.settle(b, tb, toB)
+	}
+	n.try(behind)
+}
+
+// chargeRest charges the messages of batch the narrowing did not settle, after the broker
+// was found down: the first of each group, as a failed batch is; the rest of a group
+// waits behind it, and so does the rest of a group stopped already.
+func (n *narrowing) chargeRest(batch []Envelope) {
+	var rest []Envelope
+	for i := range batch {
+		if n.settled[batch[i].ID] {
+			continue
+		}
+		if g := n.w.group(&batch[i]); g != "" && n.stopped[g] {
+			continue
+		}
+		rest = append(rest, batch[i])
+	}
+	if len(rest) == 0 {
+		return
+	}
+	out := n.w.judge(n.bctx, rest, n.down)
+	n.out.failed = append(n.out.failed, out.failed...)
+	n.out.dead = append(n.out.dead, out.dead...)
 }
 
 // stop holds back the rest of e's group.
@@ -107,35 +204,51 @@ func (n *narrowing) stop(e *Envelope) {
 }
 
 // try hands part to the relay with a deadline of its own, leaving out the messages
-// behind a failure of their group.
+// behind a failure of their group, and settles what came of it.
 func (n *narrowing) try(part []Envelope) {
-	if n.halt {
-		return
+	if open, t, to, ok := n.call(part); ok {
+		n.settle(open, t, to)
 	}
-	open := make([]Envelope, 0, len(part))
+}
+
+// call hands the messages of part not behind a failure of their group to the relay, with
+// a deadline of their own. It returns them, what came of it and whether the delivery ran
+// into the delivery timeout; ok is false when nothing was handed over.
+func (n *narrowing) call(part []Envelope) (open []Envelope, t tried, to, ok bool) {
+	if n.halt {
+		return nil, tried{}, false, false
+	}
+	open = make([]Envelope, 0, len(part))
 	for i := range part {
 		if g := n.w.group(&part[i]); g == "" || !n.stopped[g] {
 			open = append(open, part[i])
 		}
 	}
 	if len(open) == 0 {
-		return
+		return nil, tried{}, false, false
 	}
 	w := n.w
 	if n.ctx.Err() != nil || w.ob.pauses.Load() != w.pauses {
 		n.halt = true
-		return
+		return nil, tried{}, false, false
 	}
 	if w.due() {
 		if err := w.renew(n.ctx); err != nil || w.paused {
 			n.halt = true
-			return
+			return nil, tried{}, false, false
 		}
 	}
 	dctx, cancel := w.deliveryContext(n.bctx)
-	t := n.deliver(dctx, open)
+	t = n.deliver(dctx, open)
+	to = timedOut(dctx)
 	cancel()
-	n.settle(open, t)
+	return open, t, to, true
+}
+
+// timedOut reports whether the delivery with context dctx ran into the delivery timeout
+// (not into a cut the engine made).
+func timedOut(dctx context.Context) bool {
+	return dctx.Err() != nil && errors.Is(context.Cause(dctx), context.DeadlineExceeded)
 }
 
 // deliveryContext is the context of one delivery: it ends at the delivery timeout, or

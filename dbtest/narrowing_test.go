@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -302,6 +303,125 @@ func TestNarrowedOutageChargesEachMessageOnce(t *testing.T) {
 		}
 		if len(pending) != len(envs) {
 			t.Fatalf("%d pending, want %d", len(pending), len(envs))
+		}
+	})
+}
+
+// A broker that does not answer runs every delivery into the delivery timeout. Narrowing
+// such a batch part by part would wait out a timeout for each of its 2n-1 parts; the
+// engine tries the two halves, finds the broker down, and charges the batch: three calls,
+// each message charged once (the head of each group; the rest waits behind it uncharged).
+func TestNarrowingAHungBrokerCostsThreeTimeouts(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		t.Parallel()
+		ctx := context.Background()
+		var (
+			mu    sync.Mutex
+			calls []int
+		)
+		relay := core.RelayFunc(func(ctx context.Context, batch []core.Envelope) error {
+			mu.Lock()
+			calls = append(calls, len(batch))
+			mu.Unlock()
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		ob := setup(t, db, core.Config{Manual: true, Outboxes: map[string]core.OutboxConfig{"orders": {
+			Relay: relay, BatchSize: 16, DeliveryTimeout: 50 * time.Millisecond}}})
+		var msgs []core.Message
+		for i := range 14 {
+			msgs = append(msgs, event{Seq: i, Group: fmt.Sprintf("g%d", i)})
+		}
+		// Behind their heads: g0 in the first half (so left out of the second), g9 in the second.
+		msgs = append(msgs, event{Seq: 14, Group: "g0"}, event{Seq: 15, Group: "g9"})
+		envs := publish(t, ob, db.DB, msgs...)
+		res, err := ob.Drain(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []int{16, 8, 7}; !slices.Equal(calls, want) {
+			t.Errorf("batches handed over: %v, want %v (the batch, its first half, the second half less the first half's groups)", calls, want)
+		}
+		if res.Failed != 14 || res.Dead != 0 || res.Delivered != 0 {
+			t.Fatalf("Drain: %+v, want 14 failed (the heads of 14 groups)", res)
+		}
+		pending, err := ob.ListPending(ctx, "orders", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pending {
+			want := 1
+			if p.ID == envs[14].ID || p.ID == envs[15].ID {
+				want = 0
+			}
+			if p.Attempts != want {
+				t.Errorf("message %d (group %q): %d attempts, want %d", p.ID, p.GroupKey, p.Attempts, want)
+			}
+			if want == 1 && !strings.Contains(p.LastError, "deadline") {
+				t.Errorf("message %d: last error %q, want the delivery's deadline", p.ID, p.LastError)
+			}
+		}
+		if len(pending) != len(envs) {
+			t.Fatalf("%d pending, want %d", len(pending), len(envs))
+		}
+	})
+}
+
+// A message that makes its batch hang (the broker answers every batch without it) is
+// found by halving: one timed-out call a halving, the other messages delivered, the
+// poison alone charged.
+func TestNarrowingFindsAMessageThatHangsItsBatch(t *testing.T) {
+	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
+		t.Parallel()
+		ctx := context.Background()
+		var (
+			mu     sync.Mutex
+			poison int64
+			hung   int
+		)
+		relay := core.RelayFunc(func(ctx context.Context, batch []core.Envelope) error {
+			mu.Lock()
+			bad := slices.ContainsFunc(batch, func(e core.Envelope) bool { return e.ID == poison })
+			if bad {
+				hung++
+			}
+			mu.Unlock()
+			if bad {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return nil
+		})
+		ob := setup(t, db, core.Config{Manual: true, Outboxes: map[string]core.OutboxConfig{"orders": {
+			Relay: relay, BatchSize: 16, DeliveryTimeout: 50 * time.Millisecond, MaxAttempts: 1}}})
+		var msgs []core.Message
+		for i := range 16 {
+			msgs = append(msgs, event{Seq: i, Group: fmt.Sprintf("g%d", i)})
+		}
+		envs := publish(t, ob, db.DB, msgs...)
+		mu.Lock()
+		poison = envs[5].ID
+		mu.Unlock()
+		res, err := ob.Drain(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Delivered != 15 || res.Dead != 1 || res.Failed != 0 {
+			t.Fatalf("Drain: %+v, want 15 delivered and the poison dead", res)
+		}
+		dead, err := ob.ListDead(ctx, "orders", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dead) != 1 || dead[0].ID != poison {
+			t.Fatalf("dead: %+v, want message %d alone", dead, poison)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if hung != 5 {
+			t.Errorf("%d deliveries ran into the timeout, want 5 (the batch of 16, then 8, 4, 2 and 1)", hung)
 		}
 	})
 }
