@@ -17,14 +17,18 @@ TESTFLAGS ?= -count=1 -timeout 40m
 # The next Go release, on which CI also builds, vets and runs the root module's and the SQLite tests.
 GO_NEXT ?= go1.27.3
 
-.PHONY: all build vet test race deps services tidy bench bench-quick quickstart disruptive chaos \
+.PHONY: all build vet test ci race deps services tidy bench bench-quick quickstart disruptive chaos \
 	devproxy modules release go-next
 
 all: build vet test
 
-## test: everything a change must pass: build, vet, every module's tests, then again under the race detector
+## test: every test of every module, after build, vet and the module checks
 test: deps build vet modules
 	@set -e; for m in $(MODULES); do echo "== test $$m"; (cd $$m && $(GOTEST) $(TESTFLAGS) ./...); done
+
+## ci: what CI runs (.ci/run): test, then the next Go release, the race detector, and the
+## tests that restart a database server
+ci: test
 	@$(MAKE) --no-print-directory go-next
 	@$(MAKE) --no-print-directory race
 	@$(MAKE) --no-print-directory disruptive
