@@ -59,7 +59,7 @@ func (t doubtfulTx) Commit() error {
 	return nil
 }
 
-// Issue 16, investigated: a confirmation retried after a commit that went through but
+// A confirmation retried after a commit that went through but
 // reported an error does not count the failed attempt twice (the failure update is guarded
 // by the attempts the worker read).
 func TestFailureRecordedOnceAfterACommitInDoubt(t *testing.T) {

@@ -1,6 +1,6 @@
 package dbtest_test
 
-// Issue 16, item 1: with a blocked and a scheduled backlog, a worker's round must cost
+// With a blocked and a scheduled backlog, a worker's round must cost
 // what its deliverable rows cost. Timing a round would measure the machine; this test
 // records every statement the worker sends while a poisoned group is set aside behind
 // its failing head, the head is retried and ready messages of other groups go out. Then

@@ -1,8 +1,8 @@
 package dbtest_test
 
-// Attacks on relay nodes sharing partitions (issue 19): hostile names, several instances
+// Attacks on relay nodes sharing partitions: hostile names, several instances
 // of one name in one process, a heartbeat row locked by someone else's transaction. Each
-// test keeps the proof of what was tried; see the report of issue 19 for the results.
+// test keeps the proof of what was tried.
 
 import (
 	"context"

@@ -18,7 +18,7 @@ import (
 // nodesBenchEnv runs TestRelayNodesThroughput: "quick" or "full".
 const nodesBenchEnv = "OUTBOXER_NODES_BENCH"
 
-// TestRelayNodesThroughput is the benchmark of issue 19: a relay-bound workload, where
+// TestRelayNodesThroughput is the benchmark of relay nodes: a relay-bound workload, where
 // each relay process may deliver at most a fixed rate (a token bucket per process,
 // standing for its connection to the broker), 8 partitions, a backlog of 100,000 (20,000
 // quick). It measures the throughput of 1, 2 and 3 relay processes in the same run, the

@@ -1,6 +1,6 @@
 package dbtest_test
 
-// Attacks on the join-order share-out of relay nodes (issue 19): every node deals an
+// Attacks on the join-order share-out of relay nodes: every node deals an
 // outbox's partitions to the live nodes in join order (joined_at), then by name. Each test
 // keeps the proof of what was tried: ties, a node forgotten and coming back while it holds
 // its leases, join histories that differ between outboxes, and the exact number of lease

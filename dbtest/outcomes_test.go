@@ -49,7 +49,7 @@ func (r *failingTxRelay) DeliverTx(ctx context.Context, tx *sql.Tx, batch []core
 	return err
 }
 
-// Issue 16, finding 2: with a TxRelay, a failed delivery is recorded (in a transaction of
+// With a TxRelay, a failed delivery is recorded (in a transaction of
 // its own): attempts count, MaxAttempts and Permanent make the message dead, and the batch
 // is not handed over again past that.
 func TestTxRelayFailuresAreRecorded(t *testing.T) {
@@ -91,7 +91,7 @@ func TestTxRelayFailuresAreRecorded(t *testing.T) {
 	})
 }
 
-// Issue 16, finding 5: a row whose headers the engine cannot read (written by another
+// A row whose headers the engine cannot read (written by another
 // program) goes dead alone with the reason, the rest of its partition and its own group
 // flow, and ListPending lists it while it is pending.
 func TestUnreadableHeadersGoDeadAlone(t *testing.T) {
@@ -135,7 +135,7 @@ func TestUnreadableHeadersGoDeadAlone(t *testing.T) {
 	})
 }
 
-// Issue 16, finding 6, MariaDB: on a pool whose sessions read uncommitted, the engine still
+// MariaDB: on a pool whose sessions read uncommitted, the engine still
 // reads only committed rows: a message of a transaction that rolls back is never delivered.
 func TestReadUncommittedPoolDeliversNoRolledBackMessage(t *testing.T) {
 	db := dbtest.MariaDB(t)
@@ -194,7 +194,7 @@ func TestReadUncommittedPoolDeliversNoRolledBackMessage(t *testing.T) {
 	}
 }
 
-// Issue 16, finding 6, PostgreSQL: with SERIALIZABLE as the sessions' default, the engine's
+// PostgreSQL: with SERIALIZABLE as the sessions' default, the engine's
 // confirmations do not fail and nothing is delivered twice, under publishers that run
 // concurrently with the delivery.
 func TestSerializableDefaultDeliversOnceWithoutFailedConfirmations(t *testing.T) {
@@ -280,7 +280,7 @@ func TestSerializableDefaultDeliversOnceWithoutFailedConfirmations(t *testing.T)
 	}
 }
 
-// Issue 16, finding 7a: an idle worker whose PollInterval is longer than the lease keeps
+// An idle worker whose PollInterval is longer than the lease keeps
 // its lease: the partition stays owned between polls.
 func TestIdleWorkerKeepsItsLease(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
@@ -310,7 +310,7 @@ func TestIdleWorkerKeepsItsLease(t *testing.T) {
 	})
 }
 
-// Issue 16, finding 7b, the fetch half: a worker that read its paused flag just before
+// The fetch half of Pause: a worker that read its paused flag just before
 // Pause and fetched just after it returned must not deliver what it fetched; messages
 // published after Pause returned wait for Resume. (Seen on SQLite under -race: 40
 // messages published right after Pause went out.) The worker's fetch is stopped on its
@@ -386,7 +386,7 @@ func TestPauseHoldsWhatIsPublishedAfterIt(t *testing.T) {
 	})
 }
 
-// Issue 16, finding 7b: Pause is at once on the instance that pauses: its busy worker
+// Pause is at once on the instance that pauses: its busy worker
 // starts no batch after the one in flight.
 func TestPauseIsAtOnceOnThePausingInstance(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
@@ -428,7 +428,7 @@ func TestPauseIsAtOnceOnThePausingInstance(t *testing.T) {
 	})
 }
 
-// Issue 16, finding 7c: a delivery the engine cancels itself (the shutdown timeout) is not
+// A delivery the engine cancels itself (the shutdown timeout) is not
 // a failed attempt: with MaxAttempts 1 the message stays pending, attempts 0.
 func TestShutdownCancellationIsNotAnAttempt(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
@@ -463,7 +463,7 @@ func TestShutdownCancellationIsNotAnAttempt(t *testing.T) {
 	})
 }
 
-// Issue 16, finding 7c, the other cancellation the engine makes: a delivery cut short
+// The other cancellation the engine makes: a delivery cut short
 // because the partition's lease could run out before it ends is not a failed attempt
 // either. The first batch starts late (its start hook stalls the worker, as a long GC
 // pause or a starved CPU would), so the lease ends before the delivery timeout; the
@@ -523,7 +523,7 @@ func (r blockingTxRelay) DeliverTx(ctx context.Context, _ *sql.Tx, batch []core.
 	return r.Deliver(ctx, batch)
 }
 
-// Issue 16, finding 7d: Run can be called again after it failed while starting (here, on
+// Run can be called again after it failed while starting (here, on
 // tables not migrated yet, until its context ended).
 func TestRunAgainAfterAFailedStart(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
@@ -534,7 +534,7 @@ func TestRunAgainAfterAFailedStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Run waits for the migration until its context ends (issue 18, item 1).
+		// Run waits for the migration until its context ends.
 		short, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		if err := ob.Run(short); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, core.ErrNotMigrated) {
@@ -549,7 +549,7 @@ func TestRunAgainAfterAFailedStart(t *testing.T) {
 	})
 }
 
-// Issue 16, finding 7e: a relay that returns a nil *PartialFailure (a typed nil in an
+// A relay that returns a nil *PartialFailure (a typed nil in an
 // error) delivered its batch; nothing panics.
 func TestTypedNilPartialFailureIsSuccess(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {

@@ -1,6 +1,6 @@
 package dbtest_test
 
-// Issue 18, item 3: Notify behind a pooler in transaction mode. LISTEN on a connection of
+// Notify behind a pooler in transaction mode. LISTEN on a connection of
 // Config.DB does not stay on a server session there; the engine must notice, say so
 // loudly and poll, not wait silently.
 

@@ -50,7 +50,7 @@ func listening(t *testing.T, db *dbtest.DB, table string) {
 	})
 }
 
-// Issue 16 finding 4: a dead message in a partition beyond a lowered count is revived
+// A dead message in a partition beyond a lowered count is revived
 // into its group's partition among the recorded count, delivered, and the next run starts.
 func TestRetryDeadAfterFewerPartitions(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
@@ -104,7 +104,7 @@ func TestRetryDeadAfterFewerPartitions(t *testing.T) {
 	})
 }
 
-// Issue 16 finding 4: in a rolling deploy from 4 to 2 partitions, the new node is refused
+// In a rolling deploy from 4 to 2 partitions, the new node is refused
 // while a node with 4 holds partitions, so the old node's messages all go out; once the
 // old node stopped, the count changes, and a message written beyond it (by an older
 // writer) is moved into range and delivered.
@@ -163,7 +163,7 @@ func TestRollingDeployFewerPartitions(t *testing.T) {
 	})
 }
 
-// Issue 18 item 2: a publish-only node left at the default Partitions places messages
+// A publish-only node left at the default Partitions places messages
 // among the count the relays recorded, never all into partition 0.
 func TestPublishOnlyAdoptsTheRecordedPartitions(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {
@@ -195,7 +195,7 @@ func TestPublishOnlyAdoptsTheRecordedPartitions(t *testing.T) {
 	})
 }
 
-// Issue 18 item 2: a publisher without Notify notifies when the relays listen, so a relay
+// A publisher without Notify notifies when the relays listen, so a relay
 // that polls once an hour delivers at once.
 func TestPublisherAdoptsTheRelaysNotify(t *testing.T) {
 	db := dbtest.Postgres(t)
@@ -216,7 +216,7 @@ func TestPublisherAdoptsTheRelaysNotify(t *testing.T) {
 	}
 }
 
-// Issue 18 item 2: a publisher configured with OrderNone places messages by group when the
+// A publisher configured with OrderNone places messages by group when the
 // relays keep group order, and a relay with another ordering is refused while one runs.
 func TestOrderingIsRecorded(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, db *dbtest.DB) {

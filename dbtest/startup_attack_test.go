@@ -1,6 +1,6 @@
 package dbtest_test
 
-// Issue 18, items 1 and 3, attacked: what Run's start-up retries and Notify promise,
+// What Run's start-up retries and Notify promise,
 // tried the ways a deployment gets them wrong.
 
 import (

@@ -1,6 +1,6 @@
 package dbtest_test
 
-// Issue 18, item 1: Run waits for what a deployment brings up late (the database, the
+// Run waits for what a deployment brings up late (the database, the
 // migration, the broker) instead of returning at once with nothing logged.
 
 import (

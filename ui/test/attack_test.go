@@ -1,6 +1,6 @@
 package uitest
 
-// Attacks on the dashboard's promises (issue 21): hostile data, CSRF and read-only,
+// Attacks on the dashboard's promises: hostile data, CSRF and read-only,
 // filters and cursors, bulk actions racing the relay, mounting. Each test is a proof
 // kept: it failed before the fix it names, or it pins a refusal the dashboard makes.
 

@@ -21,7 +21,7 @@ import (
 	outboxerui "github.com/outboxer-go/outboxer/ui"
 )
 
-// The attacks on the figures of the overview and the outbox page (issue 21): every figure
+// The attacks on the figures of the overview and the outbox page: every figure
 // the pages show, parsed from their HTML, is the truth read from the table (core.Health,
 // or a count of what the list of the same name lists) when it is shown exact, and a lower
 // bound that is not above the truth when it is followed by "+".

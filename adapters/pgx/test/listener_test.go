@@ -66,7 +66,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 	}
 }
 
-// Issue 18, item 3: the engine runs through PgBouncer in transaction mode, and the
+// The engine runs through PgBouncer in transaction mode, and the
 // relay listens on a session of its own straight to PostgreSQL: each commit wakes it.
 // The relay polls every 30 s, and the five messages, published one after the other, must
 // all be delivered within 10 s: only notifications can do that.

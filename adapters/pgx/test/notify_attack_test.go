@@ -1,6 +1,6 @@
 package pgxoutbox_test
 
-// Issue 18, item 3, attacked: the Notify listener's session killed, pointed at the wrong
+// The Notify listener's session killed, pointed at the wrong
 // place, shared, on channels of awkward names, and NotifyStatus read meanwhile.
 
 import (

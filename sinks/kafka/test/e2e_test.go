@@ -1,6 +1,6 @@
 package kafka_test
 
-// The inbox's end-to-end scenario (issue 20, reliability scenario 12 through a broker):
+// The inbox's end-to-end scenario (reliability scenario 12 through a broker):
 // publishers → outbox → relay process → Kafka (kfake, in this process) → consumer
 // process (kafka.Consumer with the inbox and its stale check) → a table of effects, with
 // the relay and the consumer SIGKILLed at random moments and restarted. The test binary
