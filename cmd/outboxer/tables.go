@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/outboxer-go/outboxer/internal/sqlerr"
+
 	"github.com/outboxer-go/outboxer/core"
 )
 
@@ -127,8 +129,7 @@ func (s *store) discover(ctx context.Context) error {
 }
 
 func (s *store) tableErr(ctx context.Context, err error) error {
-	msg := err.Error()
-	if strings.Contains(msg, "does not exist") || strings.Contains(msg, "doesn't exist") || strings.Contains(msg, "no such table") {
+	if sqlerr.Is(err, sqlerr.MissingTable) {
 		if hint := s.schemaHint(ctx); hint != "" {
 			return fmt.Errorf("table %s is missing in the %s: %s: %w", s.msgs, s.t.name, hint, err)
 		}
