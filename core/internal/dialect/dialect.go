@@ -286,6 +286,13 @@ func (s *SQL) Now() string {
 	return `now()`
 }
 
+// sqliteNowDefault is the SQLite clock in microseconds for the time columns' defaults,
+// which the writer's SQLite evaluates, not the engine's: unixepoch('subsec') (Now) needs
+// SQLite 3.42 and gives NULL before it, so a writer on an older SQLite (Debian 12's, that
+// of its python3 and sqlite3) could not insert. julianday('now') is in every SQLite; it
+// has the clock's millisecond resolution, as unixepoch('subsec') does.
+const sqliteNowDefault = `CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)`
+
 // NowPlus is the database clock plus a number of microseconds (an expression or placeholder).
 func (s *SQL) NowPlus(micros string) string {
 	switch s.Kind {
@@ -897,8 +904,8 @@ func (s *SQL) Up() []string {
 	state INTEGER NOT NULL DEFAULT 0,
 	attempts INTEGER NOT NULL DEFAULT 0,
 	last_error TEXT,
-	available_at INTEGER NOT NULL DEFAULT (`+s.Now()+`),
-	created_at INTEGER NOT NULL DEFAULT (`+s.Now()+`),
+	available_at INTEGER NOT NULL DEFAULT (`+sqliteNowDefault+`),
+	created_at INTEGER NOT NULL DEFAULT (`+sqliteNowDefault+`),
 	delivered_at INTEGER
 )`,
 			`CREATE INDEX IF NOT EXISTS `+idx("pending")+` ON `+s.Quote(s.Table)+` (outbox, part, id) WHERE state = 0`,
