@@ -22,13 +22,14 @@ GO_NEXT ?= go1.27.3
 
 all: build vet test
 
-## test: every test of every module, after build, vet and the module checks
-test: deps build vet modules
+## test: every test of every module, after vet (which type-checks every package) and the
+## module checks
+test: deps vet modules
 	@set -e; for m in $(MODULES); do echo "== test $$m"; (cd $$m && $(GOTEST) $(TESTFLAGS) ./...); done
 
-## ci: what CI runs (.ci/run): test, then the next Go release, the race detector, and the
-## tests that restart a database server
-ci: test
+## ci: what CI runs (.ci/run): every module built, test, then the next Go release, the race
+## detector, and the tests that restart a database server
+ci: deps build test
 	@$(MAKE) --no-print-directory go-next
 	@$(MAKE) --no-print-directory race
 	@$(MAKE) --no-print-directory disruptive
