@@ -289,9 +289,10 @@ func (s *SQL) Now() string {
 // sqliteNowDefault is the SQLite clock in microseconds for the time columns' defaults,
 // which the writer's SQLite evaluates, not the engine's: unixepoch('subsec') (Now) needs
 // SQLite 3.42 and gives NULL before it, so a writer on an older SQLite (Debian 12's, that
-// of its python3 and sqlite3) could not insert. julianday('now') is in every SQLite; it
-// has the clock's millisecond resolution, as unixepoch('subsec') does.
-const sqliteNowDefault = `CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)`
+// of its python3 and sqlite3) could not insert. julianday('now') is in every SQLite, a
+// day count in floating point: rounded to the millisecond, the clock's resolution, it
+// gives the value unixepoch('subsec') gives, to the microsecond.
+const sqliteNowDefault = `CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER) * 1000`
 
 // NowPlus is the database clock plus a number of microseconds (an expression or placeholder).
 func (s *SQL) NowPlus(micros string) string {
